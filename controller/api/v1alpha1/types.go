@@ -1,0 +1,211 @@
+package v1alpha1
+
+import (
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Group and version of the API.
+const (
+	Group   = "skipper.dev"
+	Version = "v1alpha1"
+)
+
+// Labels and annotations that make up the pool contract.
+const (
+	// LabelPool names the pool a Deployment and its pods belong to.
+	LabelPool = "skipper.dev/pool"
+	// LabelFunction marks a claimed pod with the name of its Function.
+	LabelFunction = "skipper.dev/function"
+	// AnnotationAutoscale opts a pool Deployment in to the pool autoscaler.
+	AnnotationAutoscale = "skipper.dev/autoscale"
+	// AssignKeyConfigMap is the ConfigMap holding the assign public key in every
+	// namespace with a pool or a Function.
+	AssignKeyConfigMap = "skipper-assign-key"
+	// AssignKeyConfigMapKey is the key of the PEM public key in AssignKeyConfigMap.
+	AssignKeyConfigMapKey = "ed25519.pub"
+)
+
+// Defaults the CRD schema applies; the accessors apply them too.
+const (
+	DefaultTargetInFlight = 10
+	DefaultIdleTimeout    = 60 * time.Second
+)
+
+// SchemeGroupVersion is the group version used to register these objects.
+var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
+
+// Resource is the Function resource's GroupVersionResource.
+var Resource = SchemeGroupVersion.WithResource("functions")
+
+// AddToScheme registers Function and FunctionList.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(SchemeGroupVersion, &Function{}, &FunctionList{})
+	metav1.AddToGroupVersion(s, SchemeGroupVersion)
+	return nil
+}
+
+// Function is a serverless function served from a pool of pre-warmed pods.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=fn,categories=skipper
+// +kubebuilder:printcolumn:name="Pool",type=string,JSONPath=`.spec.pool`
+// +kubebuilder:printcolumn:name="Min",type=integer,JSONPath=`.spec.minInstances`
+// +kubebuilder:printcolumn:name="Max",type=integer,JSONPath=`.spec.maxInstances`
+// +kubebuilder:printcolumn:name="Desired",type=integer,JSONPath=`.status.desired`
+// +kubebuilder:printcolumn:name="Ready",type=integer,JSONPath=`.status.ready`
+// +kubebuilder:printcolumn:name="Owner",type=string,JSONPath=`.status.owner`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.lastScaleReason`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type Function struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   FunctionSpec   `json:"spec"`
+	Status FunctionStatus `json:"status,omitempty"`
+}
+
+// FunctionSpec is what the user asks for.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.minInstances) || self.minInstances <= self.maxInstances",message="minInstances must not exceed maxInstances"
+type FunctionSpec struct {
+	// Pool names the pool (a Deployment labelled skipper.dev/pool=<pool>) in the
+	// Function's namespace whose warm pods become this function's instances.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	Pool string `json:"pool"`
+
+	// Port the instance serves HTTP on. 0 or unset: the pool template's first
+	// container port.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=65535
+	// +optional
+	Port int32 `json:"port,omitempty"`
+
+	// MinInstances kept assigned at all times. 0 lets the function scale to zero
+	// after IdleTimeout.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:default=0
+	// +optional
+	MinInstances int32 `json:"minInstances,omitempty"`
+
+	// MaxInstances is the most instances the function may hold.
+	// +kubebuilder:validation:Minimum=1
+	MaxInstances int32 `json:"maxInstances"`
+
+	// Scaling targets, per instance.
+	// +optional
+	Scaling Scaling `json:"scaling,omitempty"`
+
+	// ConcurrencyLimit caps the requests one instance serves at a time; 0 means
+	// no limit.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	ConcurrencyLimit int32 `json:"concurrencyLimit,omitempty"`
+
+	// Oneshot functions get a fresh instance for every request, deleted after it.
+	// +optional
+	Oneshot bool `json:"oneshot,omitempty"`
+
+	// IdleTimeout after which a function with MinInstances 0 scales to zero.
+	// +kubebuilder:default="60s"
+	// +optional
+	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
+
+	// Timeout bounds one request; unset means the router's default.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// Config is handed to the instance when it is assigned.
+	// +optional
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// Scaling holds the per-instance averages the autoscaler aims for. A zero
+// CPU or memory target leaves that metric out of the decision.
+type Scaling struct {
+	// TargetInFlight is the in-flight plus queued requests per instance.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:default=10
+	// +optional
+	TargetInFlight int32 `json:"targetInFlight,omitempty"`
+
+	// TargetCPUMilli is the average CPU per instance, in millicores.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TargetCPUMilli int32 `json:"targetCPUMilli,omitempty"`
+
+	// TargetMemoryMiB is the average memory per instance, in MiB.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	TargetMemoryMiB int32 `json:"targetMemoryMiB,omitempty"`
+}
+
+// FunctionStatus is what the owning controller observed and decided.
+type FunctionStatus struct {
+	// ObservedGeneration is the spec generation the status reflects.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Desired is the instance count the controller converges to.
+	// +optional
+	Desired int32 `json:"desired"`
+	// Ready is the number of assigned instances that are ready.
+	// +optional
+	Ready int32 `json:"ready"`
+	// Owner is the pod name of the controller replica that owns the function.
+	// +optional
+	Owner string `json:"owner,omitempty"`
+	// LastScaleTime is when Desired last changed.
+	// +optional
+	LastScaleTime *metav1.Time `json:"lastScaleTime,omitempty"`
+	// LastScaleReason says which metric or rule set Desired.
+	// +optional
+	LastScaleReason string `json:"lastScaleReason,omitempty"`
+	// Conditions: Ready, PoolAvailable.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// FunctionList is a list of Functions.
+//
+// +kubebuilder:object:root=true
+type FunctionList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Function `json:"items"`
+}
+
+// Key is the function's "namespace/name", the form used in headers, labels of
+// metrics and on the ring.
+func (f *Function) Key() string { return f.Namespace + "/" + f.Name }
+
+// TargetInFlight returns the in-flight target with its default applied.
+func (s *FunctionSpec) TargetInFlight() int32 {
+	if s.Scaling.TargetInFlight <= 0 {
+		return DefaultTargetInFlight
+	}
+	return s.Scaling.TargetInFlight
+}
+
+// IdleTimeoutOrDefault returns the idle timeout with its default applied.
+func (s *FunctionSpec) IdleTimeoutOrDefault() time.Duration {
+	if s.IdleTimeout == nil {
+		return DefaultIdleTimeout
+	}
+	return s.IdleTimeout.Duration
+}
+
+// TimeoutOrZero returns the per-request timeout, 0 when unset.
+func (s *FunctionSpec) TimeoutOrZero() time.Duration {
+	if s.Timeout == nil {
+		return 0
+	}
+	return s.Timeout.Duration
+}

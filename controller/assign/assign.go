@@ -1,0 +1,151 @@
+package assign
+
+import (
+	"crypto/ed25519"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Path is where an instance accepts its assignment.
+const Path = "/__skipper/assign"
+
+const tokenPrefix = "v1."
+
+// Sentinel errors Verify wraps; callers answer 401/403 on any of them.
+var (
+	ErrMalformed = errors.New("malformed token")
+	ErrSignature = errors.New("bad token signature")
+	ErrAudience  = errors.New("token audience is not this instance")
+	ErrExpired   = errors.New("token expired")
+)
+
+// Claims are what a token asserts.
+type Claims struct {
+	// Audience is the UID of the pod the assignment is for.
+	Audience string `json:"aud"`
+	// Function is "namespace/name".
+	Function string `json:"fn"`
+	// IssuedAt and Expiry are Unix seconds.
+	IssuedAt int64 `json:"iat"`
+	Expiry   int64 `json:"exp"`
+}
+
+// Request is the JSON body of POST Path.
+type Request struct {
+	Token string `json:"token"`
+	// Function is "namespace/name".
+	Function string `json:"function"`
+	// Port the instance should serve the function on (informational: the
+	// instance already serves on its pod port).
+	Port int32 `json:"port,omitempty"`
+	// Oneshot instances serve a single request.
+	Oneshot bool `json:"oneshot,omitempty"`
+	// TimeoutSeconds is the per-request timeout, 0 when unset.
+	TimeoutSeconds float64 `json:"timeoutSeconds,omitempty"`
+	// Config is the Function's spec.config.
+	Config map[string]string `json:"config,omitempty"`
+}
+
+// Sign returns a token for claims.
+func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return "", fmt.Errorf("encode claims: %w", err)
+	}
+	signed := tokenPrefix + base64.RawURLEncoding.EncodeToString(payload)
+	sig := ed25519.Sign(key, []byte(signed))
+	return signed + "." + base64.RawURLEncoding.EncodeToString(sig), nil
+}
+
+// Verify checks token against key for the pod with UID audience at now and
+// returns its claims.
+func Verify(key ed25519.PublicKey, token, audience string, now time.Time) (Claims, error) {
+	var c Claims
+	if !strings.HasPrefix(token, tokenPrefix) {
+		return c, fmt.Errorf("%w: missing %q prefix", ErrMalformed, tokenPrefix)
+	}
+	dot := strings.LastIndexByte(token, '.')
+	if dot < len(tokenPrefix) {
+		return c, fmt.Errorf("%w: no signature", ErrMalformed)
+	}
+	signed, sigPart := token[:dot], token[dot+1:]
+	sig, err := base64.RawURLEncoding.DecodeString(sigPart)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return c, fmt.Errorf("%w: signature encoding", ErrMalformed)
+	}
+	if !ed25519.Verify(key, []byte(signed), sig) {
+		return c, ErrSignature
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(signed[len(tokenPrefix):])
+	if err != nil {
+		return c, fmt.Errorf("%w: payload encoding", ErrMalformed)
+	}
+	if err := json.Unmarshal(payload, &c); err != nil {
+		return c, fmt.Errorf("%w: payload: %v", ErrMalformed, err)
+	}
+	if c.Audience != audience {
+		return c, fmt.Errorf("%w: got %q, want %q", ErrAudience, c.Audience, audience)
+	}
+	if now.Unix() >= c.Expiry {
+		return c, fmt.Errorf("%w at %s", ErrExpired, time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339))
+	}
+	return c, nil
+}
+
+// MarshalPublicKey encodes key as a PKIX "PUBLIC KEY" PEM block.
+func MarshalPublicKey(key ed25519.PublicKey) ([]byte, error) {
+	der, err := x509.MarshalPKIXPublicKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal public key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
+}
+
+// ParsePublicKey decodes a PEM block written by MarshalPublicKey.
+func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PUBLIC KEY" {
+		return nil, errors.New("parse public key: no PUBLIC KEY PEM block")
+	}
+	k, err := x509.ParsePKIXPublicKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse public key: %w", err)
+	}
+	pk, ok := k.(ed25519.PublicKey)
+	if !ok {
+		return nil, fmt.Errorf("parse public key: %T is not ed25519", k)
+	}
+	return pk, nil
+}
+
+// MarshalPrivateKey encodes key as a PKCS#8 "PRIVATE KEY" PEM block.
+func MarshalPrivateKey(key ed25519.PrivateKey) ([]byte, error) {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("marshal private key: %w", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
+}
+
+// ParsePrivateKey decodes a PEM block written by MarshalPrivateKey.
+func ParsePrivateKey(data []byte) (ed25519.PrivateKey, error) {
+	block, _ := pem.Decode(data)
+	if block == nil || block.Type != "PRIVATE KEY" {
+		return nil, errors.New("parse private key: no PRIVATE KEY PEM block")
+	}
+	k, err := x509.ParsePKCS8PrivateKey(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse private key: %w", err)
+	}
+	pk, ok := k.(ed25519.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("parse private key: %T is not ed25519", k)
+	}
+	return pk, nil
+}

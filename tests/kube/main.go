@@ -1,0 +1,61 @@
+// Command kube is one multi-call binary holding the Kubernetes control-plane
+// components, kubectl, kube-proxy and etcd, built from their Go modules so the
+// local cluster needs nothing but the Go toolchain. The component is chosen by
+// the name the binary is invoked as (a symlink such as bin/kube-apiserver) or,
+// failing that, by the first argument: `kube kube-apiserver --help`.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"go.etcd.io/etcd/server/v3/etcdmain"
+	"k8s.io/component-base/cli"
+	kubectl "k8s.io/kubectl/pkg/cmd"
+	apiserver "k8s.io/kubernetes/cmd/kube-apiserver/app"
+	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
+	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
+	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+)
+
+var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"}
+
+func main() {
+	name := filepath.Base(os.Args[0])
+	args := os.Args
+	if !known(name) && len(os.Args) > 1 && known(os.Args[1]) {
+		name, args = os.Args[1], os.Args[1:]
+	}
+	switch name {
+	case "etcd":
+		etcdmain.Main(args)
+		return
+	case "kube-apiserver":
+		os.Args = args
+		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
+	case "kube-controller-manager":
+		os.Args = args
+		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
+	case "kube-scheduler":
+		os.Args = args
+		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
+	case "kube-proxy":
+		os.Args = args
+		os.Exit(cli.Run(proxy.NewProxyCommand()))
+	case "kubectl":
+		os.Args = args
+		os.Exit(cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()))
+	}
+	fmt.Fprintf(os.Stderr, "kube: unknown component %q; invoke as one of %v (symlink or first argument)\n", name, components)
+	os.Exit(2)
+}
+
+func known(name string) bool {
+	for _, c := range components {
+		if c == name {
+			return true
+		}
+	}
+	return false
+}
