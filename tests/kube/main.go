@@ -45,7 +45,11 @@ func main() {
 		os.Exit(cli.Run(proxy.NewProxyCommand()))
 	case "kubectl":
 		os.Args = args
-		os.Exit(cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()))
+		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
+			// kubectl has printed the error; keep its exit code convention.
+			os.Exit(1)
+		}
+		os.Exit(0)
 	}
 	fmt.Fprintf(os.Stderr, "kube: unknown component %q; invoke as one of %v (symlink or first argument)\n", name, components)
 	os.Exit(2)
