@@ -1,0 +1,25 @@
+// Command skipper-echo is Skipper's reference instance runtime: the image a
+// pool runs to show, and to test, the instance contract.
+//
+// It serves HTTP on --listen and answers:
+//
+//   - POST /__skipper/assign: the controller hands the pod to a function. The
+//     body is an assign.Request whose token must verify against the public key
+//     at --assign-key for audience = this pod's UID (--pod-uid). 200 with a
+//     small JSON body once ready; 400 malformed body; 401 bad, foreign or
+//     expired token; 409 already assigned to another function; 503 while the
+//     key file is not there yet (the volume may appear after the container
+//     starts, so the key is re-read on every assign until it loads).
+//   - GET /healthz: the readiness probe, always 200.
+//   - anything else: an echo. 200 with a JSON body naming the method, path,
+//     query, headers, body, the pod and its assignment ("assigned": false
+//     before an assign). Behaviour on demand, by query parameter or header:
+//     sleep=<duration> / X-Echo-Sleep (bounded by --max-sleep, ends early when
+//     the caller goes away), status=<code> / X-Echo-Status (answer with that
+//     status), fail=1 / X-Echo-Fail (drop the connection without an answer,
+//     for retry tests). Query parameters win over headers.
+//
+// The assignment lives in memory only: a restarted container is unassigned,
+// which the controller detects and retires the pod. SIGTERM shuts the server
+// down gracefully within --shutdown-timeout.
+package main

@@ -1,0 +1,119 @@
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
+)
+
+// Keys of Secret skipper-assign-key.
+const (
+	assignKeySecret     = "skipper-assign-key"
+	assignKeyPrivateKey = "ed25519.key"
+	assignKeyPublicKey  = v1alpha1.AssignKeyConfigMapKey
+	managedByLabel      = "app.kubernetes.io/managed-by"
+	managedByValue      = "skipper-controller"
+)
+
+// loadOrCreateAssignKey returns the key pair in Secret skipper-assign-key in
+// ns, creating the Secret with a fresh pair when it is missing. When another
+// replica creates it first (AlreadyExists), that replica's pair is read and
+// used, so every replica signs with the same key.
+func loadOrCreateAssignKey(ctx context.Context, core kubernetes.Interface, ns string) (ed25519.PrivateKey, error) {
+	secrets := core.CoreV1().Secrets(ns)
+	s, err := secrets.Get(ctx, assignKeySecret, metav1.GetOptions{})
+	if err == nil {
+		return keyFromSecret(s)
+	}
+	if !apierrors.IsNotFound(err) {
+		return nil, fmt.Errorf("get secret %s/%s: %w", ns, assignKeySecret, err)
+	}
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("generate assign key: %w", err)
+	}
+	privPEM, err := assign.MarshalPrivateKey(priv)
+	if err != nil {
+		return nil, err
+	}
+	pubPEM, err := assign.MarshalPublicKey(priv.Public().(ed25519.PublicKey))
+	if err != nil {
+		return nil, err
+	}
+	_, err = secrets.Create(ctx, &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      assignKeySecret,
+			Namespace: ns,
+			Labels:    map[string]string{managedByLabel: managedByValue},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: map[string][]byte{assignKeyPrivateKey: privPEM, assignKeyPublicKey: pubPEM},
+	}, metav1.CreateOptions{})
+	switch {
+	case err == nil:
+		return priv, nil
+	case apierrors.IsAlreadyExists(err):
+		// Another replica won the race: use its key.
+		s, err := secrets.Get(ctx, assignKeySecret, metav1.GetOptions{})
+		if err != nil {
+			return nil, fmt.Errorf("get secret %s/%s after losing the create race: %w", ns, assignKeySecret, err)
+		}
+		return keyFromSecret(s)
+	}
+	return nil, fmt.Errorf("create secret %s/%s: %w", ns, assignKeySecret, err)
+}
+
+func keyFromSecret(s *corev1.Secret) (ed25519.PrivateKey, error) {
+	k, err := assign.ParsePrivateKey(s.Data[assignKeyPrivateKey])
+	if err != nil {
+		return nil, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPrivateKey, err)
+	}
+	return k, nil
+}
+
+// ensureKeyConfigMap makes ConfigMap skipper-assign-key in ns hold pubPEM,
+// given the cached copy (nil when absent). It writes only when the cache
+// differs, so repeating it is free.
+func ensureKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns string, cached *corev1.ConfigMap, pubPEM []byte) error {
+	want := string(pubPEM)
+	cms := core.CoreV1().ConfigMaps(ns)
+	if cached != nil && cached.Data[assignKeyPublicKey] == want {
+		return nil
+	}
+	if cached == nil {
+		_, err := cms.Create(ctx, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{
+				Name:      v1alpha1.AssignKeyConfigMap,
+				Namespace: ns,
+				Labels:    map[string]string{managedByLabel: managedByValue},
+			},
+			Data: map[string]string{assignKeyPublicKey: want},
+		}, metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create configmap %s/%s: %w", ns, v1alpha1.AssignKeyConfigMap, err)
+		}
+		// The cache lags: fall through and patch.
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]string{assignKeyPublicKey: want}})
+	if err != nil {
+		return err
+	}
+	if _, err := cms.Patch(ctx, v1alpha1.AssignKeyConfigMap, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("patch configmap %s/%s: %w", ns, v1alpha1.AssignKeyConfigMap, err)
+	}
+	return nil
+}

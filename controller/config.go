@@ -1,0 +1,284 @@
+package controller
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Config is everything the controller binary can be told. Defaults live in
+// DefaultConfig and nowhere else; Validate runs before anything starts.
+type Config struct {
+	// GRPCListen is where skipper.v1.Controller and gRPC health are served.
+	GRPCListen string
+	// HTTPListen serves /metrics, /healthz and /readyz.
+	HTTPListen string
+	// Namespaces the controller watches; empty means all namespaces.
+	Namespaces []string
+	// PodName is this replica's pod name, written as the owner in Function status.
+	PodName string
+	// PodNamespace is where the controller runs: the assign key Secret and the
+	// controller Service's EndpointSlices live there.
+	PodNamespace string
+	// PodIP is used to derive AdvertiseAddress when that is not set.
+	PodIP string
+	// AdvertiseAddress is this replica's ip:port as it appears on the ring.
+	// Empty: PodIP joined with the port GRPCListen is bound to.
+	AdvertiseAddress string
+	// ControllerService is the headless Service whose ready endpoints are the
+	// ring members.
+	ControllerService string
+	// AssignTimeout bounds one POST to an instance's assign endpoint.
+	AssignTimeout time.Duration
+	// ClaimTimeout bounds how long GetInstance waits for a pool pod to become
+	// Ready when none is.
+	ClaimTimeout time.Duration
+	// ForwardTimeout bounds a GetInstance forwarded to the owning replica when
+	// the caller set no deadline.
+	ForwardTimeout time.Duration
+	// ShutdownTimeout bounds graceful shutdown of the gRPC and HTTP servers.
+	ShutdownTimeout time.Duration
+	// ResyncPeriod is the informers' resync period (level-triggered repair).
+	ResyncPeriod time.Duration
+	// ReportInterval is the heartbeat interval announced to routers in Welcome.
+	ReportInterval time.Duration
+	// Kubeconfig is a kubeconfig file; empty means in-cluster configuration.
+	Kubeconfig string
+	// KubeAPIQPS and KubeAPIBurst limit the client's request rate.
+	KubeAPIQPS   float64
+	KubeAPIBurst int
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+}
+
+// DefaultConfig returns the defaults every flag starts from.
+func DefaultConfig() Config {
+	return Config{
+		GRPCListen:        ":9090",
+		HTTPListen:        ":9091",
+		ControllerService: "skipper-controller",
+		AssignTimeout:     5 * time.Second,
+		ClaimTimeout:      10 * time.Second,
+		ForwardTimeout:    15 * time.Second,
+		ShutdownTimeout:   10 * time.Second,
+		ResyncPeriod:      10 * time.Minute,
+		ReportInterval:    time.Second,
+		KubeAPIQPS:        50,
+		KubeAPIBurst:      100,
+		LogLevel:          "info",
+	}
+}
+
+// envPrefix is prepended to a flag's upper-snake name to form its env fallback.
+const envPrefix = "SKIPPER_"
+
+// envName returns the env variable that backs flag name.
+func envName(flagName string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// downwardEnv are the env variables the Deployment sets through the downward
+// API; they are consulted after the SKIPPER_* fallback of the same flag.
+var downwardEnv = map[string]string{
+	"pod-name":      "POD_NAME",
+	"pod-namespace": "POD_NAMESPACE",
+	"pod-ip":        "POD_IP",
+}
+
+// ParseConfig parses args over DefaultConfig. A flag's value comes from, in
+// order: the command line, SKIPPER_<FLAG>, the downward API variable named in
+// its help (pod-name, pod-namespace, pod-ip), the default. getenv is
+// os.Getenv in production. On --help it writes the usage to out and returns
+// flag.ErrHelp.
+func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("skipper-controller", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var namespaces string
+	fs.StringVar(&c.GRPCListen, "grpc-listen", c.GRPCListen, "`address` serving gRPC skipper.v1.Controller and grpc.health.v1")
+	fs.StringVar(&c.HTTPListen, "http-listen", c.HTTPListen, "`address` serving /metrics, /healthz and /readyz")
+	fs.StringVar(&namespaces, "namespaces", "", "comma-separated `list` of namespaces to watch for Functions and pools; empty watches all namespaces")
+	fs.StringVar(&c.PodName, "pod-name", "", "this replica's pod `name`, written as status.owner of the Functions it owns")
+	fs.StringVar(&c.PodNamespace, "pod-namespace", "", "`namespace` the controller runs in, holding Secret skipper-assign-key and the controller Service")
+	fs.StringVar(&c.PodIP, "pod-ip", "", "this replica's pod `IP`, used to derive --advertise-address")
+	fs.StringVar(&c.AdvertiseAddress, "advertise-address", "", "this replica's `ip:port` on the ring, as listed in the controller Service's EndpointSlices; empty: --pod-ip with the --grpc-listen port")
+	fs.StringVar(&c.ControllerService, "controller-service", c.ControllerService, "headless Service `name` in --pod-namespace whose ready endpoints are the ring members")
+	fs.DurationVar(&c.AssignTimeout, "assign-timeout", c.AssignTimeout, "`duration` bounding one POST to an instance's /__skipper/assign")
+	fs.DurationVar(&c.ClaimTimeout, "claim-timeout", c.ClaimTimeout, "longest `duration` GetInstance waits for a pool pod to become Ready before answering ResourceExhausted")
+	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "`duration` bounding a GetInstance forwarded to the owning replica when the caller set no deadline")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "`duration` graceful shutdown may take before connections are closed")
+	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "informer resync `duration`; every object is re-examined this often")
+	fs.DurationVar(&c.ReportInterval, "report-interval", c.ReportInterval, "heartbeat `duration` announced to routers in Welcome")
+	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `file`; empty uses the in-cluster service account")
+	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "sustained `rate` of requests to the Kubernetes API")
+	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst `count` of requests to the Kubernetes API")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "`level` of logs written to stderr: debug, info, warn or error")
+
+	// Env fallbacks are applied as if given first on the command line, so the
+	// command line wins and every value goes through the flag's own parser.
+	var envErrs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if v == "" {
+			if d, ok := downwardEnv[f.Name]; ok {
+				v = getenv(d)
+			}
+		}
+		if v == "" {
+			return
+		}
+		if err := fs.Set(f.Name, v); err != nil {
+			envErrs = append(envErrs, fmt.Errorf("%s: %w", envName(f.Name), err))
+		}
+	})
+	if err := errors.Join(envErrs...); err != nil {
+		return c, err
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(out, fs)
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	c.Namespaces = splitList(namespaces)
+	return c, nil
+}
+
+func writeUsage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintf(w, "Usage: skipper-controller [flags]\n\n")
+	fmt.Fprintf(w, "Runs a Skipper controller replica: owns the Functions the ring assigns it,\n")
+	fmt.Fprintf(w, "claims warm pool pods for them and serves gRPC skipper.v1.Controller.\n")
+	fmt.Fprintf(w, "Every flag falls back to the env variable shown; the command line wins.\n\nFlags:\n")
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	sort.Strings(names)
+	for _, n := range names {
+		f := fs.Lookup(n)
+		arg, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s %s\n", f.Name, arg)
+		fmt.Fprintf(w, "\t%s\n", usage)
+		env := envName(f.Name)
+		if d, ok := downwardEnv[f.Name]; ok {
+			env += ", then $" + d
+		}
+		if f.DefValue != "" {
+			fmt.Fprintf(w, "\tdefault %s; env $%s\n", f.DefValue, env)
+		} else {
+			fmt.Fprintf(w, "\tenv $%s\n", env)
+		}
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for p := range strings.SplitSeq(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Validate reports every problem with c at once.
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if _, _, err := net.SplitHostPort(c.GRPCListen); err != nil {
+		add("--grpc-listen %q: %v", c.GRPCListen, err)
+	}
+	if _, _, err := net.SplitHostPort(c.HTTPListen); err != nil {
+		add("--http-listen %q: %v", c.HTTPListen, err)
+	}
+	for _, ns := range c.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			add("--namespaces: %q: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
+	if c.PodName == "" {
+		add("--pod-name: required (set POD_NAME from the downward API)")
+	}
+	if c.PodNamespace == "" {
+		add("--pod-namespace: required (set POD_NAMESPACE from the downward API)")
+	} else if msgs := validation.IsDNS1123Label(c.PodNamespace); len(msgs) > 0 {
+		add("--pod-namespace %q: %s", c.PodNamespace, strings.Join(msgs, "; "))
+	}
+	if c.PodIP != "" && net.ParseIP(c.PodIP) == nil {
+		add("--pod-ip %q: not an IP address", c.PodIP)
+	}
+	if c.AdvertiseAddress != "" {
+		host, port, err := net.SplitHostPort(c.AdvertiseAddress)
+		switch {
+		case err != nil:
+			add("--advertise-address %q: %v", c.AdvertiseAddress, err)
+		case net.ParseIP(host) == nil:
+			add("--advertise-address %q: host must be an IP address (ring members are EndpointSlice addresses)", c.AdvertiseAddress)
+		case port == "" || port == "0":
+			add("--advertise-address %q: needs a port", c.AdvertiseAddress)
+		}
+	} else if c.PodIP == "" {
+		add("--advertise-address: required when --pod-ip (POD_IP) is not set")
+	}
+	if msgs := validation.IsDNS1123Label(c.ControllerService); len(msgs) > 0 {
+		add("--controller-service %q: %s", c.ControllerService, strings.Join(msgs, "; "))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"--assign-timeout", c.AssignTimeout},
+		{"--claim-timeout", c.ClaimTimeout},
+		{"--forward-timeout", c.ForwardTimeout},
+		{"--shutdown-timeout", c.ShutdownTimeout},
+		{"--report-interval", c.ReportInterval},
+	} {
+		if d.v <= 0 {
+			add("%s: must be positive, got %s", d.name, d.v)
+		}
+	}
+	if c.ResyncPeriod < 0 {
+		add("--resync-period: must not be negative, got %s", c.ResyncPeriod)
+	}
+	if c.KubeAPIQPS <= 0 {
+		add("--kube-api-qps: must be positive, got %v", c.KubeAPIQPS)
+	}
+	if c.KubeAPIBurst <= 0 {
+		add("--kube-api-burst: must be positive, got %d", c.KubeAPIBurst)
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		add("--log-level: %v", err)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return l, fmt.Errorf("%q is not one of debug, info, warn, error", s)
+	}
+	return l, nil
+}
+
+// advertise returns the ring address of this replica given the address the
+// gRPC listener is bound to.
+func (c Config) advertise(bound net.Addr) string {
+	if c.AdvertiseAddress != "" {
+		return c.AdvertiseAddress
+	}
+	_, port, err := net.SplitHostPort(bound.String())
+	if err != nil {
+		return ""
+	}
+	return net.JoinHostPort(c.PodIP, port)
+}

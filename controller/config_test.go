@@ -1,0 +1,225 @@
+package controller
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/grpc/codes"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+func env(kv map[string]string) func(string) string {
+	return func(k string) string { return kv[k] }
+}
+
+func TestHelpGolden(t *testing.T) {
+	var out bytes.Buffer
+	_, err := ParseConfig([]string{"--help"}, env(nil), &out)
+	if !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("ParseConfig(--help) error = %v, want flag.ErrHelp", err)
+	}
+	golden := filepath.Join("testdata", "help.golden")
+	if *update {
+		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("--help differs from %s (-want +got); run go test -update if intended:\n%s", golden, diff)
+	}
+}
+
+func TestRunHelpReturnsNil(t *testing.T) {
+	var out bytes.Buffer
+	if err := Run(t.Context(), []string{"--help"}, &out); err != nil {
+		t.Fatalf("Run(--help) = %v", err)
+	}
+	if !strings.Contains(out.String(), "--grpc-listen") {
+		t.Errorf("usage does not list --grpc-listen:\n%s", out.String())
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	base := func(f func(*Config)) Config {
+		c := DefaultConfig()
+		f(&c)
+		return c
+	}
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want Config
+	}{
+		{name: "defaults", want: DefaultConfig()},
+		{
+			name: "downward API env",
+			env:  map[string]string{"POD_NAME": "ctl-0", "POD_NAMESPACE": "skipper-system", "POD_IP": "198.18.1.5"},
+			want: base(func(c *Config) { c.PodName, c.PodNamespace, c.PodIP = "ctl-0", "skipper-system", "198.18.1.5" }),
+		},
+		{
+			name: "SKIPPER_ env beats downward API env, flag beats both",
+			args: []string{"--pod-name", "from-flag"},
+			env:  map[string]string{"POD_NAME": "downward", "SKIPPER_POD_NAME": "skipper", "SKIPPER_POD_NAMESPACE": "ns1", "POD_NAMESPACE": "ns2"},
+			want: base(func(c *Config) { c.PodName, c.PodNamespace = "from-flag", "ns1" }),
+		},
+		{
+			name: "durations and lists",
+			args: []string{"--claim-timeout=3s", "--namespaces", " b, a ,,"},
+			env:  map[string]string{"SKIPPER_ASSIGN_TIMEOUT": "250ms", "SKIPPER_GRPC_LISTEN": "198.18.1.5:9090"},
+			want: base(func(c *Config) {
+				c.ClaimTimeout, c.AssignTimeout, c.Namespaces, c.GRPCListen = 3*time.Second, 250*time.Millisecond, []string{"a", "b"}, "198.18.1.5:9090"
+			}),
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseConfig(tt.args, env(tt.env), &bytes.Buffer{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("ParseConfig (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{name: "bad env duration", env: map[string]string{"SKIPPER_CLAIM_TIMEOUT": "soon"}, want: "SKIPPER_CLAIM_TIMEOUT"},
+		{name: "unknown flag", args: []string{"--nope"}, want: "nope"},
+		{name: "positional", args: []string{"extra"}, want: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig(tt.args, env(tt.env), &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %v, want one mentioning %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func validConfig() Config {
+	c := DefaultConfig()
+	c.PodName, c.PodNamespace, c.PodIP = "ctl-0", "skipper-system", "198.18.1.5"
+	return c
+}
+
+func TestValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		modify func(*Config)
+		want   []string // substrings of the joined error, all required; none means valid
+	}{
+		{name: "valid", modify: func(*Config) {}},
+		{name: "advertise address instead of pod IP", modify: func(c *Config) { c.PodIP, c.AdvertiseAddress = "", "198.18.1.5:9090" }},
+		{
+			name:   "missing downward API values, all reported at once",
+			modify: func(c *Config) { c.PodName, c.PodNamespace, c.PodIP = "", "", "" },
+			want:   []string{"--pod-name: required", "--pod-namespace: required", "--advertise-address: required"},
+		},
+		{
+			name: "bad addresses",
+			modify: func(c *Config) {
+				c.GRPCListen, c.HTTPListen, c.AdvertiseAddress, c.PodIP = "9090", "x", "host:9090", "nope"
+			},
+			want: []string{"--grpc-listen", "--http-listen", "--advertise-address", "--pod-ip"},
+		},
+		{name: "advertise without port", modify: func(c *Config) { c.AdvertiseAddress = "198.18.1.5:0" }, want: []string{"needs a port"}},
+		{
+			name:   "bad names",
+			modify: func(c *Config) { c.Namespaces, c.ControllerService = []string{"Bad_NS"}, "" },
+			want:   []string{"--namespaces", "--controller-service"},
+		},
+		{
+			name: "non-positive durations and limits",
+			modify: func(c *Config) {
+				c.AssignTimeout, c.ClaimTimeout, c.ResyncPeriod, c.KubeAPIQPS, c.KubeAPIBurst = 0, -1, -1, 0, 0
+			},
+			want: []string{"--assign-timeout", "--claim-timeout", "--resync-period", "--kube-api-qps", "--kube-api-burst"},
+		},
+		{name: "log level", modify: func(c *Config) { c.LogLevel = "loud" }, want: []string{"--log-level"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := validConfig()
+			tt.modify(&c)
+			err := c.Validate()
+			if len(tt.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate() = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Validate() = nil, want errors")
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("Validate() = %v\nwant it to mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateRef(t *testing.T) {
+	tests := []struct {
+		ns, name string
+		ok       bool
+	}{
+		{"default", "echo", true},
+		{"default", "echo.v2", true},
+		{"", "echo", false},
+		{"default", "", false},
+		{"Default", "echo", false},
+		{"default", "Echo", false},
+		{"default", strings.Repeat("a", 64), false}, // too long for a label value
+		{"default", "a/b", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.ns+"/"+tt.name, func(t *testing.T) {
+			err := validateRef(tt.ns, tt.name)
+			if (err == nil) != tt.ok {
+				t.Fatalf("validateRef = %v, want ok %v", err, tt.ok)
+			}
+			if err != nil && grpcStatus(err).Code() != codes.InvalidArgument {
+				t.Errorf("code = %v, want InvalidArgument", grpcStatus(err).Code())
+			}
+		})
+	}
+}
+
+func TestRunRejectsInvalidConfigBeforeStarting(t *testing.T) {
+	t.Setenv("POD_NAME", "")
+	t.Setenv("POD_NAMESPACE", "")
+	t.Setenv("POD_IP", "")
+	err := Run(t.Context(), []string{"--claim-timeout=0s"}, &bytes.Buffer{})
+	if err == nil {
+		t.Fatal("Run succeeded with an invalid config")
+	}
+	for _, want := range []string{"--pod-name", "--pod-namespace", "--claim-timeout"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not mention %s", err, want)
+		}
+	}
+}

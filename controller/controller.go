@@ -1,0 +1,498 @@
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/controller/ring"
+)
+
+// controller is one replica's state: informer caches, the ring as this
+// replica sees it, per-function generations and claims, and router streams.
+// Its loops (informers, work queues) run on wg until the run context ends.
+type controller struct {
+	cfg  Config
+	self string // advertise address: this replica's ring member
+	log  *slog.Logger
+	core kubernetes.Interface
+	dyn  dynamic.Interface
+
+	cache   *kubeCache
+	key     ed25519.PrivateKey
+	pubPEM  []byte
+	metrics *metrics
+	http    *http.Client // to instances' assign endpoints
+	fwd     *forwarder
+	hub     *hub
+
+	ring atomic.Pointer[ring.Ring] // nil while no member is ready
+
+	// nsQueue holds namespaces whose key ConfigMap needs reconciling;
+	// fnQueue holds function keys whose instance set needs recomputing;
+	// ringQueue holds the single key "" when the ring or the set of
+	// functions changed.
+	nsQueue, fnQueue, ringQueue workqueue.TypedRateLimitingInterface[string]
+
+	podsChanged broadcast // woken on every pool pod event; claim waiters re-check
+
+	mu      sync.Mutex
+	fns     map[string]*fnState     // by function key, for functions this replica answered for or owns
+	flights map[string]*flight      // claims in progress, by function key
+	assumed map[string][]assumedPod // claims the informer may not show yet, by function key
+	retired map[types.UID]time.Time // pods being deleted that the informer may still show as instances
+
+	// runCtx ends when the controller stops; work not tied to one caller
+	// (claims shared by several callers) runs under it.
+	runCtx context.Context
+	wg     sync.WaitGroup
+}
+
+// fnState is what this replica last told routers about a function.
+type fnState struct {
+	gen    uint64
+	set    []instance
+	config functionConfig
+}
+
+type functionConfig struct {
+	ConcurrencyLimit uint32
+	Oneshot          bool
+	Timeout          time.Duration
+}
+
+func configOf(fn *v1alpha1.Function) functionConfig {
+	return functionConfig{
+		ConcurrencyLimit: uint32(max(fn.Spec.ConcurrencyLimit, 0)),
+		Oneshot:          fn.Spec.Oneshot,
+		Timeout:          fn.Spec.TimeoutOrZero(),
+	}
+}
+
+type assumedPod struct {
+	pod *corev1.Pod
+	at  time.Time
+}
+
+// flight is one claim in progress; callers for the same function wait on
+// done instead of claiming again.
+type flight struct {
+	done chan struct{}
+	err  error
+}
+
+// broadcast wakes every waiter once per notify.
+type broadcast struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func (b *broadcast) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch == nil {
+		b.ch = make(chan struct{})
+	}
+	return b.ch
+}
+
+func (b *broadcast) notify() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ch != nil {
+		close(b.ch)
+		b.ch = nil
+	}
+}
+
+func newController(cfg Config, self string, log *slog.Logger, core kubernetes.Interface, dyn dynamic.Interface, key ed25519.PrivateKey, m *metrics) (*controller, error) {
+	pub, err := assign.MarshalPublicKey(key.Public().(ed25519.PublicKey))
+	if err != nil {
+		return nil, err
+	}
+	c := &controller{
+		cfg: cfg, self: self, log: log, core: core, dyn: dyn,
+		cache:   newKubeCache(core, dyn, cfg),
+		key:     key,
+		pubPEM:  pub,
+		metrics: m,
+		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		fwd:     newForwarder(),
+		hub:     newHub(),
+		nsQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespaces"}),
+		fnQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "functions"}),
+		ringQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ring"}),
+		fns:     map[string]*fnState{},
+		flights: map[string]*flight{},
+		assumed: map[string][]assumedPod{},
+		retired: map[types.UID]time.Time{},
+	}
+	c.addHandlers()
+	return c, nil
+}
+
+func (c *controller) addHandlers() {
+	for _, s := range c.cache.sets {
+		_, _ = s.functions.AddEventHandler(eventHandler(func(obj any) {
+			fn, ok := obj.(*v1alpha1.Function)
+			if !ok {
+				return
+			}
+			c.nsQueue.Add(fn.Namespace)
+			c.fnQueue.Add(fn.Key())
+			c.ringQueue.Add("")
+		}))
+		_, _ = s.deployments.AddEventHandler(eventHandler(func(obj any) {
+			if d, ok := obj.(*appsv1.Deployment); ok {
+				c.nsQueue.Add(d.Namespace)
+				c.podsChanged.notify()
+			}
+		}))
+		_, _ = s.configMaps.AddEventHandler(eventHandler(func(obj any) {
+			if cm, ok := obj.(*corev1.ConfigMap); ok {
+				c.nsQueue.Add(cm.Namespace)
+			}
+		}))
+		_, _ = s.pods.AddEventHandler(eventHandler(func(obj any) {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			if name, ok := p.Labels[v1alpha1.LabelFunction]; ok {
+				c.fnQueue.Add(p.Namespace + "/" + name)
+			}
+			c.podsChanged.notify()
+		}))
+	}
+	_, _ = c.cache.endpointSlices.AddEventHandler(eventHandler(func(any) { c.ringQueue.Add("") }))
+}
+
+// start runs the informers and work queues on c.wg; they stop when ctx ends.
+func (c *controller) start(ctx context.Context) {
+	c.runCtx = ctx
+	c.cache.run(ctx, &c.wg)
+	for _, q := range []struct {
+		name string
+		q    workqueue.TypedRateLimitingInterface[string]
+		f    func(context.Context, string) error
+	}{
+		{"namespaces", c.nsQueue, c.syncNamespace},
+		{"functions", c.fnQueue, c.syncFunction},
+		{"ring", c.ringQueue, func(ctx context.Context, _ string) error { c.syncRing(); return nil }},
+	} {
+		c.wg.Go(func() { c.runQueue(ctx, q.name, q.q, q.f) })
+	}
+	c.wg.Go(func() {
+		<-ctx.Done()
+		c.nsQueue.ShutDown()
+		c.fnQueue.ShutDown()
+		c.ringQueue.ShutDown()
+		c.podsChanged.notify()
+	})
+}
+
+// stop waits for every goroutine start and the claims began; ctx must
+// have ended.
+func (c *controller) stop() {
+	c.wg.Wait()
+	c.fwd.close()
+}
+
+func (c *controller) runQueue(ctx context.Context, name string, q workqueue.TypedRateLimitingInterface[string], f func(context.Context, string) error) {
+	for {
+		k, shutdown := q.Get()
+		if shutdown {
+			return
+		}
+		func() {
+			defer q.Done(k)
+			// Work waits for the caches: acting on a partial view would
+			// recreate what exists or drop what is merely unseen.
+			if !c.cache.waitSynced(ctx) {
+				return
+			}
+			if err := f(ctx, k); err != nil {
+				c.log.Warn("sync failed, will retry", "queue", name, "key", k, "err", err)
+				q.AddRateLimited(k)
+				return
+			}
+			q.Forget(k)
+		}()
+	}
+}
+
+// syncNamespace keeps ConfigMap skipper-assign-key in ns when ns holds a
+// pool or a Function. It never deletes: a pool pod may still mount it.
+func (c *controller) syncNamespace(ctx context.Context, ns string) error {
+	if !c.cache.needsKey(ns) {
+		return nil
+	}
+	return ensureKeyConfigMap(ctx, c.core, ns, c.cache.configMap(ns), c.pubPEM)
+}
+
+// syncRing rebuilds the ring from the EndpointSlices and recounts owned
+// functions.
+func (c *controller) syncRing() {
+	members := ringMembers(c.cache.slices())
+	old := c.ring.Load()
+	var r *ring.Ring
+	if len(members) > 0 {
+		r, _ = ring.New(members) // non-empty members never fail
+	}
+	c.ring.Store(r)
+	c.fwd.retain(members)
+	if (old == nil) != (r == nil) || (old != nil && r != nil && old.Epoch() != r.Epoch()) {
+		c.log.Info("ring changed", "members", members, "self", c.self, "in_ring", r != nil && r.Has(c.self))
+		// Ownership may have moved: recompute every function's state.
+		for _, fn := range c.cache.functions() {
+			c.fnQueue.Add(fn.Key())
+		}
+	}
+	c.metrics.ringMembers.Set(float64(len(members)))
+	owned := 0
+	for _, fn := range c.cache.functions() {
+		if c.owns(fn.Key()) {
+			owned++
+		}
+	}
+	c.metrics.ownedFunctions.Set(float64(owned))
+}
+
+// owner returns the ring member owning key by this replica's view, or ""
+// when the ring is empty.
+func (c *controller) owner(key string) string {
+	r := c.ring.Load()
+	if r == nil {
+		return ""
+	}
+	return r.Owner(key)
+}
+
+// owns reports whether this replica answers for key: it owns it on the
+// ring, or the ring is empty (a replica whose view has no ready member
+// serves what it is asked rather than refuse: routers, reading the same
+// slices, only call a replica they see as owner).
+func (c *controller) owns(key string) bool {
+	o := c.owner(key)
+	return o == "" || o == c.self
+}
+
+// syncFunction recomputes one function's instance set, bumps its generation
+// when the set changed, pushes the change to subscribed routers, and keeps
+// its metrics and status.
+func (c *controller) syncFunction(ctx context.Context, key string) error {
+	ns, name, _ := splitKey(key)
+	fn, err := c.cache.function(ns, name)
+	if err != nil || fn.DeletionTimestamp != nil {
+		c.forget(key, err != nil)
+		return nil
+	}
+	c.metrics.functionAdded(key)
+	if !c.owns(key) {
+		c.forget(key, false)
+		return nil
+	}
+	byState := map[string]int{}
+	for _, p := range c.cache.functionPods(ns, name) {
+		if ownedBy(p, fn) {
+			byState[instanceState(p)]++
+		}
+	}
+	c.metrics.setInstances(key, byState)
+
+	port, err := c.port(fn)
+	if err != nil {
+		// No pool (yet): nothing to route to. GetInstance reports why.
+		return nil
+	}
+	st, changed := c.observe(fn, c.currentSet(fn, port, nil), time.Now())
+	if changed {
+		c.hub.publish(key, st.update(fn))
+	}
+	return c.patchStatus(ctx, fn, len(st.set))
+}
+
+// forget drops this replica's state of key; gone means the Function was
+// deleted, so subscribed routers are told to drop it and its series go.
+func (c *controller) forget(key string, gone bool) {
+	c.mu.Lock()
+	st, had := c.fns[key]
+	delete(c.fns, key)
+	delete(c.assumed, key)
+	c.mu.Unlock()
+	if gone {
+		c.metrics.functionRemoved(key)
+	} else {
+		c.metrics.instances.DeletePartialMatch(map[string]string{"function": key})
+	}
+	if had {
+		ns, name, _ := splitKey(key)
+		c.hub.publish(key, removedUpdate(ns, name, nextGeneration(st.gen, time.Now())))
+	}
+}
+
+// patchStatus records this replica as owner and the ready count, writing
+// only when they differ from the cached status.
+func (c *controller) patchStatus(ctx context.Context, fn *v1alpha1.Function, ready int) error {
+	s := fn.Status
+	if s.Owner == c.cfg.PodName && s.Ready == int32(ready) && s.ObservedGeneration == fn.Generation {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"owner":              c.cfg.PodName,
+		"ready":              ready,
+		"observedGeneration": fn.Generation,
+	}})
+	if err != nil {
+		return err
+	}
+	_, err = c.dyn.Resource(v1alpha1.Resource).Namespace(fn.Namespace).
+		Patch(ctx, fn.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
+	if err != nil {
+		return err
+	}
+	return nil
+}
+
+// observe records set as the function's current instance set and returns
+// its state, bumping the generation when the set or config changed (or
+// this is the first observation).
+func (c *controller) observe(fn *v1alpha1.Function, set []instance, now time.Time) (fnState, bool) {
+	cfg := configOf(fn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, ok := c.fns[fn.Key()]
+	if ok && sameInstances(st.set, set) && st.config == cfg {
+		return *st, false
+	}
+	if !ok {
+		st = &fnState{}
+		c.fns[fn.Key()] = st
+	}
+	st.gen = nextGeneration(st.gen, now)
+	st.set = set
+	st.config = cfg
+	return *st, true
+}
+
+// currentSet is the function's ready instance set: the informer's view plus
+// claims it does not show yet, minus pods the caller found unusable.
+func (c *controller) currentSet(fn *v1alpha1.Function, port int32, unusable []string) []instance {
+	now := time.Now()
+	pods := c.cache.functionPods(fn.Namespace, fn.Name)
+	return instanceSet(fn, port, pods, c.assumedPods(fn.Key(), pods, now), append(c.retiredUIDs(now), unusable...))
+}
+
+// retire keeps a pod this replica is deleting out of every instance set
+// until assumedTTL passes (by then the informer shows the deletion).
+func (c *controller) retire(uid types.UID, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retired[uid] = now
+}
+
+func (c *controller) retiredUIDs(now time.Time) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for uid, at := range c.retired {
+		if now.Sub(at) > assumedTTL {
+			delete(c.retired, uid)
+			continue
+		}
+		out = append(out, string(uid))
+	}
+	return out
+}
+
+// assumedPods returns the claims of key the informer does not show yet,
+// forgetting those it now shows and those older than assumedTTL.
+func (c *controller) assumedPods(key string, cached []*corev1.Pod, now time.Time) []*corev1.Pod {
+	seen := map[types.UID]bool{}
+	for _, p := range cached {
+		seen[p.UID] = true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var keep []assumedPod
+	var out []*corev1.Pod
+	for _, a := range c.assumed[key] {
+		if seen[a.pod.UID] || now.Sub(a.at) > assumedTTL {
+			continue
+		}
+		keep = append(keep, a)
+		out = append(out, a.pod)
+	}
+	if len(keep) == 0 {
+		delete(c.assumed, key)
+	} else {
+		c.assumed[key] = keep
+	}
+	return out
+}
+
+func (c *controller) assume(key string, p *corev1.Pod, now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.assumed[key] = append(c.assumed[key], assumedPod{pod: p, at: now})
+}
+
+// assumedUIDs are every pod claimed by this replica that the informer may
+// still show as a pool pod; claims skip them.
+func (c *controller) assumedUIDs() map[string]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]bool{}
+	for _, as := range c.assumed {
+		for _, a := range as {
+			out[string(a.pod.UID)] = true
+		}
+	}
+	return out
+}
+
+// resolve finds the function's pool Deployment and instance port.
+func (c *controller) resolve(fn *v1alpha1.Function) (*appsv1.Deployment, int32, error) {
+	pool := poolDeployment(c.cache.poolDeployments(fn.Namespace, fn.Spec.Pool))
+	if pool == nil {
+		return nil, 0, withReason(ErrPoolNotFound, "pool %s/%s of function %s not found: no Deployment in %s labelled %s=%s",
+			fn.Namespace, fn.Spec.Pool, fn.Key(), fn.Namespace, v1alpha1.LabelPool, fn.Spec.Pool)
+	}
+	port, err := instancePort(fn, pool)
+	if err != nil {
+		return nil, 0, err
+	}
+	return pool, port, nil
+}
+
+func (c *controller) port(fn *v1alpha1.Function) (int32, error) {
+	_, port, err := c.resolve(fn)
+	return port, err
+}
+
+// ringView returns the ring's epoch and members as this replica sees them.
+func (c *controller) ringView() (uint64, []string) {
+	r := c.ring.Load()
+	if r == nil {
+		return 0, nil
+	}
+	return r.Epoch(), r.Members()
+}

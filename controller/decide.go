@@ -1,0 +1,316 @@
+package controller
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+)
+
+// This file holds the controller's decisions as pure functions of their
+// inputs: no API calls, no clock, no goroutines. The loops elsewhere feed
+// them informer state and carry out what they return.
+
+// ringPortName is the EndpointSlice port whose number joins each address to
+// form a ring member; without it the slice's first port is used.
+const ringPortName = "grpc"
+
+// ringMembers returns the sorted ring members ("ip:port") from the
+// EndpointSlices of the controller Service: every ready, non-terminating
+// endpoint's first address, joined with the slice's grpc port. Controllers
+// and routers read the same source, so they agree on the ring.
+func ringMembers(slices_ []*discoveryv1.EndpointSlice) []string {
+	var out []string
+	for _, s := range slices_ {
+		port, ok := slicePort(s)
+		if !ok {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			if len(ep.Addresses) == 0 || !endpointReady(ep.Conditions) {
+				continue
+			}
+			out = append(out, net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port))))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func slicePort(s *discoveryv1.EndpointSlice) (int32, bool) {
+	var first *discoveryv1.EndpointPort
+	for i := range s.Ports {
+		p := &s.Ports[i]
+		if p.Port == nil {
+			continue
+		}
+		if p.Name != nil && *p.Name == ringPortName {
+			return *p.Port, true
+		}
+		if first == nil {
+			first = p
+		}
+	}
+	if first == nil {
+		return 0, false
+	}
+	return *first.Port, true
+}
+
+// endpointReady follows the EndpointSlice API: a nil Ready means unknown and
+// is read as ready, but a terminating endpoint is never a member.
+func endpointReady(c discoveryv1.EndpointConditions) bool {
+	if c.Terminating != nil && *c.Terminating {
+		return false
+	}
+	return c.Ready == nil || *c.Ready
+}
+
+// podReady reports whether a pod can serve: Running, Ready, not terminating,
+// with an IP.
+func podReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// readySince is when the pod last became Ready (zero if unknown).
+func readySince(p *corev1.Pod) time.Time {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.LastTransitionTime.Time
+		}
+	}
+	return time.Time{}
+}
+
+// ownedBy reports whether p has an ownerReference to the Function with uid.
+func ownedBy(p *corev1.Pod, fn *v1alpha1.Function) bool {
+	for _, r := range p.OwnerReferences {
+		if r.UID == fn.UID && r.Kind == functionKind {
+			return true
+		}
+	}
+	return false
+}
+
+// Instance states for skipper_controller_instances.
+const (
+	stateReady       = "ready"
+	stateNotReady    = "not_ready"
+	stateTerminating = "terminating"
+)
+
+var instanceStates = []string{stateReady, stateNotReady, stateTerminating}
+
+// instanceState classifies a claimed pod.
+func instanceState(p *corev1.Pod) string {
+	switch {
+	case p.DeletionTimestamp != nil:
+		return stateTerminating
+	case podReady(p):
+		return stateReady
+	}
+	return stateNotReady
+}
+
+// instance is one ready instance of a function, as handed to routers.
+type instance struct {
+	Pod     string
+	UID     string
+	Address string
+	Node    string
+}
+
+// instanceSet returns the function's ready instances, sorted by pod name:
+// pods labelled with the function's name, owned by this Function (same UID,
+// so a re-created Function never inherits its predecessor's pods), Ready and
+// not terminating. assumed are pods this replica claimed that the informer
+// may not show yet; a pod in both is taken from pods (the informer is newer
+// once it shows the label). Pods whose UID is in unusable are left out.
+func instanceSet(fn *v1alpha1.Function, port int32, pods, assumed []*corev1.Pod, unusable []string) []instance {
+	seen := map[string]bool{}
+	var out []instance
+	add := func(p *corev1.Pod) {
+		if seen[string(p.UID)] {
+			return
+		}
+		seen[string(p.UID)] = true
+		if p.Namespace != fn.Namespace || p.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(p, fn) ||
+			!podReady(p) || slices.Contains(unusable, string(p.UID)) {
+			return
+		}
+		out = append(out, instance{
+			Pod:     p.Name,
+			UID:     string(p.UID),
+			Address: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))),
+			Node:    p.Spec.NodeName,
+		})
+	}
+	for _, p := range pods {
+		add(p)
+	}
+	for _, p := range assumed {
+		add(p)
+	}
+	slices.SortFunc(out, func(a, b instance) int { return cmp.Compare(a.Pod, b.Pod) })
+	return out
+}
+
+// sameInstances reports whether two sorted sets hold the same pods at the
+// same addresses.
+func sameInstances(a, b []instance) bool { return slices.Equal(a, b) }
+
+// claimCandidates returns the pool pods that may be claimed, best first:
+// pods of the pool (label skipper.dev/pool=<pool>, no skipper.dev/function)
+// that are Ready and not terminating, minus those in exclude (UIDs). Pods on
+// preferNode come first (the caller's router runs there, so its calls stay
+// on the node), then the longest Ready, then by name so the order is stable.
+func claimCandidates(pool string, pods []*corev1.Pod, preferNode string, exclude map[string]bool) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.Labels[v1alpha1.LabelPool] != pool {
+			continue
+		}
+		if _, claimed := p.Labels[v1alpha1.LabelFunction]; claimed {
+			continue
+		}
+		if !podReady(p) || exclude[string(p.UID)] {
+			continue
+		}
+		out = append(out, p)
+	}
+	slices.SortStableFunc(out, func(a, b *corev1.Pod) int {
+		an, bn := preferNode != "" && a.Spec.NodeName == preferNode, preferNode != "" && b.Spec.NodeName == preferNode
+		if an != bn {
+			if an {
+				return -1
+			}
+			return 1
+		}
+		if c := readySince(a).Compare(readySince(b)); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Name, b.Name)
+	})
+	return out
+}
+
+const functionKind = "Function"
+
+// jsonPatchOp is one RFC 6902 operation.
+type jsonPatchOp struct {
+	Op    string `json:"op"`
+	Path  string `json:"path"`
+	Value any    `json:"value"`
+}
+
+// escapePointer escapes a JSON pointer reference token (RFC 6901).
+func escapePointer(s string) string {
+	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
+}
+
+// claimPatch builds the one JSON patch that claims pod for fn. Its test ops
+// make the API server apply it only to the pod exactly as cached: the whole
+// labels object equals the cached labels (which proves skipper.dev/function
+// is absent: JSON patch cannot test absence directly) and resourceVersion is
+// unchanged (which also pins ownerReferences). It then adds the function
+// label and a non-controller ownerReference to the Function, appending to
+// ownerReferences or creating the array when the pod has none.
+//
+// blockOwnerDeletion is true so a foreground deletion of the Function waits
+// for its instances; setting it needs RBAC update on functions/finalizers
+// where the OwnerReferencesPermissionEnforcement admission plugin is on.
+func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function) ([]byte, error) {
+	labels := pod.Labels
+	if labels == nil {
+		return nil, fmt.Errorf("pod %s/%s has no labels: not a pool pod", pod.Namespace, pod.Name)
+	}
+	if pod.ResourceVersion == "" {
+		return nil, fmt.Errorf("pod %s/%s has no resourceVersion", pod.Namespace, pod.Name)
+	}
+	ref := functionOwnerRef(fn)
+	ops := []jsonPatchOp{
+		{Op: "test", Path: "/metadata/resourceVersion", Value: pod.ResourceVersion},
+		{Op: "test", Path: "/metadata/labels", Value: labels},
+		{Op: "add", Path: "/metadata/labels/" + escapePointer(v1alpha1.LabelFunction), Value: fn.Name},
+	}
+	if len(pod.OwnerReferences) == 0 {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences", Value: []metav1.OwnerReference{ref}})
+	} else {
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences/-", Value: ref})
+	}
+	return json.Marshal(ops)
+}
+
+func functionOwnerRef(fn *v1alpha1.Function) metav1.OwnerReference {
+	f, t := false, true
+	return metav1.OwnerReference{
+		APIVersion:         v1alpha1.SchemeGroupVersion.String(),
+		Kind:               functionKind,
+		Name:               fn.Name,
+		UID:                fn.UID,
+		Controller:         &f,
+		BlockOwnerDeletion: &t,
+	}
+}
+
+// instancePort is the port a function's instances serve on: spec.port, or
+// the pool template's first container port.
+func instancePort(fn *v1alpha1.Function, pool *appsv1.Deployment) (int32, error) {
+	if fn.Spec.Port > 0 {
+		return fn.Spec.Port, nil
+	}
+	for _, c := range pool.Spec.Template.Spec.Containers {
+		for _, p := range c.Ports {
+			if p.ContainerPort > 0 {
+				return p.ContainerPort, nil
+			}
+		}
+		break // only the first container's ports count
+	}
+	return 0, fmt.Errorf("%w: function %s sets no port and pool Deployment %s/%s's first container declares none",
+		ErrNoPort, fn.Key(), pool.Namespace, pool.Name)
+}
+
+// poolDeployment picks the pool's Deployment among those labelled with it:
+// the oldest live one, by name on ties, so every replica picks the same.
+func poolDeployment(ds []*appsv1.Deployment) *appsv1.Deployment {
+	var best *appsv1.Deployment
+	for _, d := range ds {
+		if d.DeletionTimestamp != nil {
+			continue
+		}
+		if best == nil || d.CreationTimestamp.Before(&best.CreationTimestamp) ||
+			(d.CreationTimestamp.Equal(&best.CreationTimestamp) && d.Name < best.Name) {
+			best = d
+		}
+	}
+	return best
+}
+
+// nextGeneration returns the generation following prev at now. Generations
+// are seeded from the clock (Unix microseconds) and strictly increase, so a
+// replica that restarts, or takes over a function, continues above what
+// routers hold from its predecessor as long as clocks differ by less than
+// the time between two changes.
+func nextGeneration(prev uint64, now time.Time) uint64 {
+	return max(prev+1, uint64(now.UnixMicro()))
+}

@@ -1,0 +1,421 @@
+package controller
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func ptr[T any](v T) *T { return &v }
+
+func slice(name string, port *int32, portName string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	s := &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name}, Endpoints: eps}
+	if port != nil {
+		s.Ports = []discoveryv1.EndpointPort{{Name: ptr(portName), Port: port}}
+	}
+	return s
+}
+
+func ep(addr string, ready, terminating *bool) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ready, Terminating: terminating}}
+}
+
+func TestRingMembers(t *testing.T) {
+	tests := []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		want   []string
+	}{
+		{name: "none", want: nil},
+		{
+			name: "ready and unknown are members, not-ready and terminating are not",
+			slices: []*discoveryv1.EndpointSlice{slice("a", ptr[int32](9090), "grpc",
+				ep("198.18.1.5", ptr(true), nil),
+				ep("198.18.1.6", nil, nil),
+				ep("198.18.1.7", ptr(false), nil),
+				ep("198.18.1.8", ptr(true), ptr(true)),
+			)},
+			want: []string{"198.18.1.5:9090", "198.18.1.6:9090"},
+		},
+		{
+			name: "several slices, duplicates merged, sorted",
+			slices: []*discoveryv1.EndpointSlice{
+				slice("a", ptr[int32](9090), "grpc", ep("198.18.1.9", ptr(true), nil)),
+				slice("b", ptr[int32](9090), "grpc", ep("198.18.1.2", ptr(true), nil), ep("198.18.1.9", ptr(true), nil)),
+			},
+			want: []string{"198.18.1.2:9090", "198.18.1.9:9090"},
+		},
+		{
+			name:   "slice without ports contributes nothing",
+			slices: []*discoveryv1.EndpointSlice{slice("a", nil, "", ep("198.18.1.5", ptr(true), nil))},
+			want:   nil,
+		},
+		{
+			name:   "IPv6 addresses are bracketed",
+			slices: []*discoveryv1.EndpointSlice{slice("a", ptr[int32](9090), "grpc", ep("fd00::5", ptr(true), nil))},
+			want:   []string{"[fd00::5]:9090"},
+		},
+		{
+			name: "grpc port preferred over the first",
+			slices: []*discoveryv1.EndpointSlice{{
+				Ports:     []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr[int32](9091)}, {Name: ptr("grpc"), Port: ptr[int32](9090)}},
+				Endpoints: []discoveryv1.Endpoint{ep("198.18.1.5", nil, nil)},
+			}},
+			want: []string{"198.18.1.5:9090"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, ringMembers(tt.slices)); diff != "" {
+				t.Errorf("ringMembers (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func testFunction(name string) *v1alpha1.Function {
+	return &v1alpha1.Function{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("fn-" + name)},
+		Spec:       v1alpha1.FunctionSpec{Pool: "echo", MaxInstances: 3},
+	}
+}
+
+type podOpt func(*corev1.Pod)
+
+func testPod(name string, opts ...podOpt) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace: "default", Name: name, UID: types.UID("uid-" + name), ResourceVersion: "1",
+			Labels: map[string]string{v1alpha1.LabelPool: "echo", "pod-template-hash": "abc"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "echo-abc", UID: "rs-uid", Controller: ptr(true),
+			}},
+		},
+		Spec: corev1.PodSpec{NodeName: "node-1"},
+		Status: corev1.PodStatus{
+			Phase: corev1.PodRunning, PodIP: "198.18.1.10",
+			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}},
+		},
+	}
+	for _, o := range opts {
+		o(p)
+	}
+	return p
+}
+
+func claimedBy(fn *v1alpha1.Function) podOpt {
+	return func(p *corev1.Pod) {
+		p.Labels[v1alpha1.LabelFunction] = fn.Name
+		p.OwnerReferences = append(p.OwnerReferences, functionOwnerRef(fn))
+	}
+}
+func notReady(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }
+func terminating(p *corev1.Pod) {
+	now := metav1.NewTime(t0)
+	p.DeletionTimestamp = &now
+}
+func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
+func ip(a string) podOpt     { return func(p *corev1.Pod) { p.Status.PodIP = a } }
+func readyAt(at time.Time) podOpt {
+	return func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at) }
+}
+func pooled(pool string) podOpt        { return func(p *corev1.Pod) { p.Labels[v1alpha1.LabelPool] = pool } }
+func pending(p *corev1.Pod)            { p.Status.Phase = corev1.PodPending }
+func noOwners(p *corev1.Pod)           { p.OwnerReferences = nil }
+func labelled(k, v string) podOpt      { return func(p *corev1.Pod) { p.Labels[k] = v } }
+func resourceVersion(rv string) podOpt { return func(p *corev1.Pod) { p.ResourceVersion = rv } }
+
+func TestInstanceSet(t *testing.T) {
+	fn := testFunction("hello")
+	other := testFunction("other")
+	recreated := testFunction("hello")
+	recreated.UID = "fn-hello-old"
+	tests := []struct {
+		name     string
+		pods     []*corev1.Pod
+		assumed  []*corev1.Pod
+		unusable []string
+		want     []instance
+	}{
+		{name: "no pods"},
+		{
+			name: "ready claimed pods, sorted by name",
+			pods: []*corev1.Pod{testPod("b", claimedBy(fn), ip("198.18.1.11"), onNode("node-2")), testPod("a", claimedBy(fn))},
+			want: []instance{
+				{Pod: "a", UID: "uid-a", Address: "198.18.1.10:8080", Node: "node-1"},
+				{Pod: "b", UID: "uid-b", Address: "198.18.1.11:8080", Node: "node-2"},
+			},
+		},
+		{
+			name: "not ready, terminating, pending, unclaimed and other functions' pods are left out",
+			pods: []*corev1.Pod{
+				testPod("nr", claimedBy(fn), notReady), testPod("term", claimedBy(fn), terminating),
+				testPod("pend", claimedBy(fn), pending), testPod("pool"), testPod("o", claimedBy(other)),
+			},
+		},
+		{
+			name: "a label without an ownerReference to this Function's UID is not an instance",
+			pods: []*corev1.Pod{testPod("stale", claimedBy(recreated))},
+		},
+		{
+			name:    "assumed claims count until the informer shows them",
+			assumed: []*corev1.Pod{testPod("new", claimedBy(fn))},
+			want:    []instance{{Pod: "new", UID: "uid-new", Address: "198.18.1.10:8080", Node: "node-1"}},
+		},
+		{
+			name:    "the informer's copy wins over the assumed one",
+			pods:    []*corev1.Pod{testPod("new", claimedBy(fn), notReady)},
+			assumed: []*corev1.Pod{testPod("new", claimedBy(fn))},
+		},
+		{
+			name:     "unusable pods are left out",
+			pods:     []*corev1.Pod{testPod("a", claimedBy(fn)), testPod("b", claimedBy(fn))},
+			unusable: []string{"uid-a"},
+			want:     []instance{{Pod: "b", UID: "uid-b", Address: "198.18.1.10:8080", Node: "node-1"}},
+		},
+		{
+			name: "IPv6 pod address",
+			pods: []*corev1.Pod{testPod("a", claimedBy(fn), ip("fd00::10"))},
+			want: []instance{{Pod: "a", UID: "uid-a", Address: "[fd00::10]:8080", Node: "node-1"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := instanceSet(fn, 8080, tt.pods, tt.assumed, tt.unusable)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("instanceSet (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func names(ps []*corev1.Pod) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+func TestClaimCandidates(t *testing.T) {
+	fn := testFunction("hello")
+	tests := []struct {
+		name       string
+		pods       []*corev1.Pod
+		preferNode string
+		exclude    map[string]bool
+		want       []string
+	}{
+		{name: "empty pool"},
+		{
+			name: "only ready unclaimed pods of the pool",
+			pods: []*corev1.Pod{
+				testPod("ok"), testPod("nr", notReady), testPod("term", terminating), testPod("pend", pending),
+				testPod("claimed", claimedBy(fn)), testPod("otherpool", pooled("other")), testPod("noip", ip("")),
+			},
+			want: []string{"ok"},
+		},
+		{
+			name: "longest ready first, then by name",
+			pods: []*corev1.Pod{testPod("c", readyAt(t0)), testPod("b", readyAt(t0.Add(time.Second))), testPod("a", readyAt(t0))},
+			want: []string{"a", "c", "b"},
+		},
+		{
+			name:       "the caller's node first",
+			pods:       []*corev1.Pod{testPod("a", readyAt(t0)), testPod("b", onNode("node-2"), readyAt(t0.Add(time.Hour)))},
+			preferNode: "node-2",
+			want:       []string{"b", "a"},
+		},
+		{
+			name:    "excluded (assumed claimed) pods are skipped",
+			pods:    []*corev1.Pod{testPod("a"), testPod("b")},
+			exclude: map[string]bool{"uid-a": true},
+			want:    []string{"b"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := names(claimCandidates("echo", tt.pods, tt.preferNode, tt.exclude))
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("claimCandidates (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// applyPatch applies patch to pod as the API server would.
+func applyPatch(t *testing.T, pod *corev1.Pod, patch []byte) (*corev1.Pod, error) {
+	t.Helper()
+	js, err := json.Marshal(pod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := jsonpatch.DecodePatch(patch)
+	if err != nil {
+		t.Fatalf("decode patch: %v", err)
+	}
+	out, err := p.Apply(js)
+	if err != nil {
+		return nil, err
+	}
+	var got corev1.Pod
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatal(err)
+	}
+	return &got, nil
+}
+
+func TestClaimPatch(t *testing.T) {
+	fn := testFunction("hello")
+	tests := []struct {
+		name    string
+		cached  *corev1.Pod
+		live    *corev1.Pod // the pod as the API server holds it
+		wantErr bool
+	}{
+		{name: "unchanged pod with a ReplicaSet owner", cached: testPod("p"), live: testPod("p")},
+		{name: "unchanged pod without ownerReferences", cached: testPod("p", noOwners), live: testPod("p", noOwners)},
+		{name: "claimed meanwhile by another function", cached: testPod("p"), live: testPod("p", claimedBy(testFunction("other"))), wantErr: true},
+		{
+			name:   "function label added without a resourceVersion change is still caught",
+			cached: testPod("p"), live: testPod("p", labelled(v1alpha1.LabelFunction, "x")), wantErr: true,
+		},
+		{name: "resourceVersion moved on", cached: testPod("p"), live: testPod("p", resourceVersion("2")), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			patch, err := claimPatch(tt.cached, fn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := applyPatch(t, tt.live, patch)
+			if tt.wantErr {
+				if err == nil {
+					t.Fatalf("patch applied to %s, want a failed test op", tt.name)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("apply: %v", err)
+			}
+			if got.Labels[v1alpha1.LabelFunction] != fn.Name {
+				t.Errorf("function label = %q, want %q", got.Labels[v1alpha1.LabelFunction], fn.Name)
+			}
+			want := append(append([]metav1.OwnerReference(nil), tt.live.OwnerReferences...), functionOwnerRef(fn))
+			if diff := cmp.Diff(want, got.OwnerReferences); diff != "" {
+				t.Errorf("ownerReferences (-want +got):\n%s", diff)
+			}
+			if !ownedBy(got, fn) {
+				t.Error("claimed pod is not owned by the function")
+			}
+		})
+	}
+}
+
+func TestClaimPatchRejectsUnusableCache(t *testing.T) {
+	fn := testFunction("hello")
+	for _, p := range []*corev1.Pod{testPod("p", resourceVersion("")), {ObjectMeta: metav1.ObjectMeta{Name: "nolabels", ResourceVersion: "1"}}} {
+		if _, err := claimPatch(p, fn); err == nil {
+			t.Errorf("claimPatch(%s) succeeded, want an error", p.Name)
+		}
+	}
+}
+
+func TestInstancePort(t *testing.T) {
+	pool := func(ports ...int32) *appsv1.Deployment {
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo"}}
+		c := corev1.Container{Name: "main"}
+		for _, p := range ports {
+			c.Ports = append(c.Ports, corev1.ContainerPort{ContainerPort: p})
+		}
+		d.Spec.Template.Spec.Containers = []corev1.Container{c, {Name: "sidecar", Ports: []corev1.ContainerPort{{ContainerPort: 9999}}}}
+		return d
+	}
+	withPort := testFunction("hello")
+	withPort.Spec.Port = 7000
+	tests := []struct {
+		name    string
+		fn      *v1alpha1.Function
+		pool    *appsv1.Deployment
+		want    int32
+		wantErr bool
+	}{
+		{name: "spec.port wins", fn: withPort, pool: pool(8080), want: 7000},
+		{name: "first port of the first container", fn: testFunction("hello"), pool: pool(8080, 8081), want: 8080},
+		{name: "no port anywhere on the first container", fn: testFunction("hello"), pool: pool(), wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := instancePort(tt.fn, tt.pool)
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Errorf("port = %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPoolDeployment(t *testing.T) {
+	d := func(name string, created time.Time, deleting bool) *appsv1.Deployment {
+		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
+		if deleting {
+			dep.DeletionTimestamp = ptr(metav1.NewTime(created))
+		}
+		return dep
+	}
+	tests := []struct {
+		name string
+		ds   []*appsv1.Deployment
+		want string
+	}{
+		{name: "none", want: ""},
+		{name: "oldest", ds: []*appsv1.Deployment{d("b", t0.Add(time.Hour), false), d("c", t0, false)}, want: "c"},
+		{name: "tie by name", ds: []*appsv1.Deployment{d("b", t0, false), d("a", t0, false)}, want: "a"},
+		{name: "deleting skipped", ds: []*appsv1.Deployment{d("a", t0, true), d("b", t0.Add(time.Hour), false)}, want: "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if p := poolDeployment(tt.ds); p != nil {
+				got = p.Name
+			}
+			if got != tt.want {
+				t.Errorf("poolDeployment = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNextGeneration(t *testing.T) {
+	now := uint64(t0.UnixMicro())
+	tests := []struct {
+		name string
+		prev uint64
+		want uint64
+	}{
+		{name: "first generation is seeded from the clock", prev: 0, want: now},
+		{name: "older than the clock jumps to the clock", prev: now - 100, want: now},
+		{name: "ahead of the clock still increases", prev: now + 5, want: now + 6},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := nextGeneration(tt.prev, t0); got != tt.want {
+				t.Errorf("nextGeneration(%d) = %d, want %d", tt.prev, got, tt.want)
+			}
+		})
+	}
+}

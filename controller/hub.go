@@ -1,0 +1,193 @@
+package controller
+
+import (
+	"sync"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// hub tracks routers' Connect streams and what each subscribed to, and
+// queues AssignmentUpdates for them. Each stream's own goroutine sends;
+// publish never blocks on a slow router: per function only the newest
+// update is kept.
+type hub struct {
+	mu      sync.Mutex
+	streams map[string]*routerStream // by routerKey
+}
+
+// routerStream is one router's Connect stream as the hub sees it.
+type routerStream struct {
+	key string
+	id  *skipperv1.RouterIdentity
+
+	mu         sync.Mutex
+	subs       map[string]bool                        // function keys
+	pending    map[string]*skipperv1.AssignmentUpdate // newest unsent update per function
+	acked      map[string]uint64                      // generation acknowledged per function
+	lastReport time.Time
+	lastSeq    uint64
+	wake       chan struct{} // cap 1: pending is non-empty
+	replaced   chan struct{} // closed when a newer stream of the same router took over
+}
+
+func newHub() *hub { return &hub{streams: map[string]*routerStream{}} }
+
+// routerKey identifies a router process: pod and incarnation.
+func routerKey(id *skipperv1.RouterIdentity) string {
+	if id == nil || id.GetPod() == "" {
+		return ""
+	}
+	return id.GetPod() + "#" + id.GetIncarnation()
+}
+
+// register adds a stream, replacing (and ending) an older one of the same
+// router process.
+func (h *hub) register(id *skipperv1.RouterIdentity) *routerStream {
+	s := &routerStream{
+		key: routerKey(id), id: id,
+		subs: map[string]bool{}, pending: map[string]*skipperv1.AssignmentUpdate{}, acked: map[string]uint64{},
+		wake: make(chan struct{}, 1), replaced: make(chan struct{}),
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old, ok := h.streams[s.key]; ok {
+		close(old.replaced)
+	}
+	h.streams[s.key] = s
+	return s
+}
+
+func (h *hub) unregister(s *routerStream) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.streams[s.key] == s {
+		delete(h.streams, s.key)
+	}
+}
+
+// subscribe adds fn to the subscriptions of the router's stream, if it has one.
+func (h *hub) subscribe(id *skipperv1.RouterIdentity, fnKey string) {
+	h.mu.Lock()
+	s := h.streams[routerKey(id)]
+	h.mu.Unlock()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.subs[fnKey] = true
+	s.mu.Unlock()
+}
+
+// publish queues u for every stream subscribed to fnKey.
+func (h *hub) publish(fnKey string, u *skipperv1.AssignmentUpdate) {
+	h.mu.Lock()
+	var targets []*routerStream
+	for _, s := range h.streams {
+		targets = append(targets, s)
+	}
+	h.mu.Unlock()
+	for _, s := range targets {
+		s.queue(fnKey, u, false)
+	}
+}
+
+// queue stores u as the pending update of fnKey when the stream is
+// subscribed (or force is set) and wakes the sender.
+func (s *routerStream) queue(fnKey string, u *skipperv1.AssignmentUpdate, force bool) {
+	s.mu.Lock()
+	if !force && !s.subs[fnKey] {
+		s.mu.Unlock()
+		return
+	}
+	if u.GetRemoved() {
+		delete(s.subs, fnKey)
+	} else {
+		s.subs[fnKey] = true
+	}
+	s.pending[fnKey] = u
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// take returns and clears the pending updates.
+func (s *routerStream) take() []*skipperv1.AssignmentUpdate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*skipperv1.AssignmentUpdate, 0, len(s.pending))
+	for k, u := range s.pending {
+		out = append(out, u)
+		delete(s.pending, k)
+	}
+	return out
+}
+
+func (s *routerStream) report(r *skipperv1.Report, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastReport = now
+	s.lastSeq = r.GetSequence()
+}
+
+func (s *routerStream) ack(a *skipperv1.Ack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.acked[refKey(a.GetFunction())] = a.GetGeneration()
+}
+
+func (s *routerStream) state() *skipperv1.RouterState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := &skipperv1.RouterState{Router: s.id, LastSequence: s.lastSeq}
+	if !s.lastReport.IsZero() {
+		st.LastReport = timestamp(s.lastReport)
+	}
+	return st
+}
+
+func (h *hub) states() []*skipperv1.RouterState {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*skipperv1.RouterState, 0, len(h.streams))
+	for _, s := range h.streams {
+		out = append(out, s.state())
+	}
+	return out
+}
+
+func refKey(r *skipperv1.FunctionRef) string { return r.GetNamespace() + "/" + r.GetName() }
+
+func toProtoInstances(set []instance) []*skipperv1.Instance {
+	out := make([]*skipperv1.Instance, len(set))
+	for i, in := range set {
+		out[i] = &skipperv1.Instance{Pod: in.Pod, PodUid: in.UID, Address: in.Address, Node: in.Node}
+	}
+	return out
+}
+
+func (fc functionConfig) proto() *skipperv1.FunctionConfig {
+	pc := &skipperv1.FunctionConfig{ConcurrencyLimit: fc.ConcurrencyLimit, Oneshot: fc.Oneshot}
+	if fc.Timeout > 0 {
+		pc.Timeout = durationpb.New(fc.Timeout)
+	}
+	return pc
+}
+
+func (st fnState) update(fn *v1alpha1.Function) *skipperv1.AssignmentUpdate {
+	return &skipperv1.AssignmentUpdate{
+		Function:   &skipperv1.FunctionRef{Namespace: fn.Namespace, Name: fn.Name},
+		Generation: st.gen,
+		Instances:  toProtoInstances(st.set),
+		Config:     st.config.proto(),
+	}
+}
+
+func removedUpdate(ns, name string, gen uint64) *skipperv1.AssignmentUpdate {
+	return &skipperv1.AssignmentUpdate{Function: &skipperv1.FunctionRef{Namespace: ns, Name: name}, Generation: gen, Removed: true}
+}

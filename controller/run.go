@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// Run runs a controller replica until ctx ends, then shuts down gracefully.
+// args are the command-line flags (without the program name); logs go to
+// stderr. --help prints the usage to stderr and returns nil.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := ParseConfig(args, os.Getenv, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	level, _ := parseLevel(cfg.LogLevel)
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	// client-go logs through klog; send it to the same structured stream.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.Kubeconfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client config: %w", err)
+	}
+	rc.QPS = float32(cfg.KubeAPIQPS)
+	rc.Burst = cfg.KubeAPIBurst
+	rc.UserAgent = "skipper-controller/" + cfg.PodName
+	core, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client: %w", err)
+	}
+	grpcLis, err := net.Listen("tcp", cfg.GRPCListen)
+	if err != nil {
+		return fmt.Errorf("listen --grpc-listen: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPListen)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("listen --http-listen: %w", err)
+	}
+	return serve(ctx, cfg, log, clients{core: core, dyn: dyn}, grpcLis, httpLis)
+}
+
+// clients are the Kubernetes API clients a replica uses; tests pass fakes.
+type clients struct {
+	core kubernetes.Interface
+	dyn  dynamic.Interface
+}
+
+// serve runs a replica on the given listeners (it closes them) until ctx
+// ends. Everything it starts has stopped when it returns.
+func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLis, httpLis net.Listener) error {
+	defer grpcLis.Close()
+	defer httpLis.Close()
+	self := cfg.advertise(grpcLis.Addr())
+	log = log.With("controller", cfg.PodName)
+	log.Info("starting", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "advertise", self,
+		"namespaces", cfg.Namespaces)
+
+	m := newMetrics()
+	var ready atomic.Bool
+	httpSrv := &http.Server{Handler: httpHandler(m, &ready), ReadHeaderTimeout: 5 * time.Second}
+	var httpWG sync.WaitGroup
+	httpWG.Go(func() {
+		if err := httpSrv.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+		}
+	})
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		_ = httpSrv.Shutdown(sctx)
+		httpWG.Wait()
+	}()
+
+	key, err := loadOrCreateAssignKey(ctx, cl.core, cfg.PodNamespace)
+	if err != nil {
+		return fmt.Errorf("assign key: %w", err)
+	}
+	c, err := newController(cfg, self, log, cl.core, cl.dyn, key, m)
+	if err != nil {
+		return err
+	}
+	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
+	c.start(runCtx)
+	defer func() {
+		stopRun()
+		c.stop()
+	}()
+
+	closing := make(chan struct{})
+	grpcSrv := grpc.NewServer()
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	hs.SetServingStatus(skipperv1.Controller_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	healthpb.RegisterHealthServer(grpcSrv, hs)
+	skipperv1.RegisterControllerServer(grpcSrv, &server{c: c, closing: closing})
+	var grpcWG sync.WaitGroup
+	grpcErr := make(chan error, 1)
+	grpcWG.Go(func() { grpcErr <- grpcSrv.Serve(grpcLis) })
+
+	// Readiness is the caches having synced; it never depends on the ring,
+	// which is built from ready replicas.
+	if !c.cache.waitSynced(ctx) {
+		log.Info("stopped before caches synced")
+	} else {
+		ready.Store(true)
+		hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+		hs.SetServingStatus(skipperv1.Controller_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_SERVING)
+		log.Info("caches synced, ready")
+	}
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+	case serveErr = <-grpcErr:
+		serveErr = fmt.Errorf("grpc server: %w", serveErr)
+	}
+	log.Info("shutting down")
+	ready.Store(false)
+	hs.Shutdown()
+	close(closing)
+	stopped := make(chan struct{})
+	go func() { grpcSrv.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(cfg.ShutdownTimeout):
+		log.Warn("graceful stop timed out, closing connections", "timeout", cfg.ShutdownTimeout)
+		grpcSrv.Stop()
+		<-stopped
+	}
+	grpcWG.Wait()
+	return serveErr
+}
+
+// httpHandler serves /metrics, /healthz (the process is up) and /readyz
+// (caches synced and not shutting down).
+func httpHandler(m *metrics, ready *atomic.Bool) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}

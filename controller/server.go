@@ -1,0 +1,332 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// server implements skipper.v1.Controller over a controller.
+type server struct {
+	skipperv1.UnimplementedControllerServer
+	c *controller
+	// closing is closed when shutdown begins: Connect streams end so that
+	// GracefulStop need not wait for them.
+	closing <-chan struct{}
+}
+
+var _ skipperv1.ControllerServer = (*server)(nil)
+
+// GetInstance implements skipper.v1.Controller.
+func (s *server) GetInstance(ctx context.Context, req *skipperv1.GetInstanceRequest) (*skipperv1.GetInstanceResponse, error) {
+	start := time.Now()
+	key := refKey(req.GetFunction())
+	resp, result, err := s.getInstance(ctx, req)
+	s.c.metrics.assignmentTime.Observe(time.Since(start).Seconds())
+	if validateRef(req.GetFunction().GetNamespace(), req.GetFunction().GetName()) == nil {
+		if _, ferr := s.c.cache.function(req.GetFunction().GetNamespace(), req.GetFunction().GetName()); ferr == nil {
+			s.c.metrics.assignments.WithLabelValues(key, result).Inc()
+		}
+	}
+	if err != nil {
+		st := grpcStatus(err)
+		level := slog.LevelWarn
+		switch st.Code() {
+		case codes.InvalidArgument, codes.NotFound, codes.Canceled, codes.DeadlineExceeded:
+			level = slog.LevelDebug // the caller's problem, answered with a clear status
+		}
+		s.c.log.Log(ctx, level, "GetInstance failed", "function", key, "router", req.GetRouter().GetPod(),
+			"forwarded", req.GetForwarded(), "code", st.Code().String(), "err", st.Message())
+		return nil, st.Err()
+	}
+	s.c.log.Debug("GetInstance", "function", key, "router", req.GetRouter().GetPod(), "result", result,
+		"generation", resp.GetGeneration(), "instances", len(resp.GetInstances()), "took", time.Since(start))
+	return resp, nil
+}
+
+func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequest) (*skipperv1.GetInstanceResponse, string, error) {
+	c := s.c
+	ns, name := req.GetFunction().GetNamespace(), req.GetFunction().GetName()
+	if err := validateRef(ns, name); err != nil {
+		return nil, resultError, err
+	}
+	if !c.cache.synced() {
+		return nil, resultError, ErrNotSynced
+	}
+	key := ns + "/" + name
+	if owner := c.owner(key); owner != "" && owner != c.self && !req.GetForwarded() {
+		resp, err := c.fwd.getInstance(ctx, owner, req, c.cfg.ForwardTimeout)
+		if err != nil {
+			return nil, resultError, err
+		}
+		return resp, resultForwarded, nil
+	}
+	fn, err := c.cache.function(ns, name)
+	if err != nil {
+		return nil, resultError, err
+	}
+	if fn.DeletionTimestamp != nil {
+		return nil, resultError, withReason(ErrFunctionDeleting, "function %s is being deleted", key)
+	}
+	if fn.Spec.Oneshot {
+		return nil, resultError, withReason(ErrUnimplementedOnV0,
+			"function %s is oneshot: oneshot functions are not implemented by this controller version", key)
+	}
+	port, err := c.port(fn)
+	if err != nil {
+		return nil, resultError, err
+	}
+	set, claimed, err := c.ensureInstance(ctx, fn, port, req.GetRouter().GetNode(), req.GetUnusablePodUids())
+	if err != nil {
+		if errors.Is(err, ErrPoolEmpty) {
+			return nil, resultExhausted, err
+		}
+		return nil, resultError, err
+	}
+	// The generation describes the full set routers are pushed, unfiltered by
+	// this caller's unusable pods.
+	st, changed := c.observe(fn, c.currentSet(fn, port, nil), time.Now())
+	if changed {
+		c.hub.publish(key, st.update(fn))
+	}
+	c.hub.subscribe(req.GetRouter(), key)
+	result := resultExisting
+	if claimed {
+		result = resultClaimed
+	}
+	return &skipperv1.GetInstanceResponse{
+		Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
+		Generation: st.gen,
+		Instances:  toProtoInstances(set),
+		Config:     st.config.proto(),
+		Owner:      c.cfg.PodName,
+	}, result, nil
+}
+
+// ReleaseInstance implements skipper.v1.Controller: oneshot is not in v0.
+func (s *server) ReleaseInstance(context.Context, *skipperv1.ReleaseInstanceRequest) (*skipperv1.ReleaseInstanceResponse, error) {
+	return nil, grpcError(withReason(ErrUnimplementedOnV0, "ReleaseInstance (oneshot functions) is not implemented by this controller version"))
+}
+
+// GetState implements skipper.v1.Controller: this replica's ring, routers
+// and the functions it holds state for.
+func (s *server) GetState(_ context.Context, req *skipperv1.GetStateRequest) (*skipperv1.GetStateResponse, error) {
+	c := s.c
+	epoch, members := c.ringView()
+	resp := &skipperv1.GetStateResponse{
+		Controller:  c.cfg.PodName,
+		RingEpoch:   epoch,
+		RingMembers: append([]string(nil), members...),
+		Routers:     c.hub.states(),
+	}
+	only := ""
+	if req.GetFunction() != nil {
+		only = refKey(req.GetFunction())
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, st := range c.fns {
+		if only != "" && key != only {
+			continue
+		}
+		ns, name, _ := splitKey(key)
+		resp.Functions = append(resp.Functions, &skipperv1.FunctionState{
+			Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
+			Owner:      c.owner(key),
+			Generation: st.gen,
+			Desired:    uint32(len(st.set)),
+			Instances:  toProtoInstances(st.set),
+		})
+	}
+	return resp, nil
+}
+
+// Connect implements skipper.v1.Controller: Hello, Welcome, then reports
+// and acks up and assignment updates down until either side ends.
+func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage, skipperv1.ControllerMessage]) error {
+	c := s.c
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	hello := first.GetHello()
+	if hello == nil {
+		return status.Error(codes.InvalidArgument, "the first message on Connect must be a Hello")
+	}
+	if hello.GetRouter().GetPod() == "" {
+		return status.Error(codes.InvalidArgument, "Hello: router.pod is required")
+	}
+	epoch, _ := c.ringView()
+	if err := stream.Send(&skipperv1.ControllerMessage{Message: &skipperv1.ControllerMessage_Welcome{Welcome: &skipperv1.Welcome{
+		Controller:      c.cfg.PodName,
+		ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1,
+		RingEpoch:       epoch,
+		ReportInterval:  durationpb.New(c.cfg.ReportInterval),
+	}}}); err != nil {
+		return err
+	}
+	rs := c.hub.register(hello.GetRouter())
+	defer c.hub.unregister(rs)
+	c.metrics.routerStreams.Inc()
+	defer c.metrics.routerStreams.Dec()
+	log := c.log.With("router", hello.GetRouter().GetPod(), "node", hello.GetRouter().GetNode(),
+		"incarnation", hello.GetRouter().GetIncarnation())
+	log.Info("router connected", "subscriptions", len(hello.GetSubscriptions()))
+
+	// Re-subscription: a router that holds an older generation than ours
+	// gets the current set at once.
+	for _, sub := range hello.GetSubscriptions() {
+		key := refKey(sub.GetFunction())
+		c.mu.Lock()
+		st, ok := c.fns[key]
+		var cur fnState
+		if ok {
+			cur = *st
+		}
+		c.mu.Unlock()
+		rs.mu.Lock()
+		rs.subs[key] = true
+		rs.mu.Unlock()
+		if !ok {
+			c.fnQueue.Add(key) // computing it publishes to the new subscriber
+			continue
+		}
+		if cur.gen != sub.GetGeneration() {
+			ns, name, _ := splitKey(key)
+			rs.queue(key, &skipperv1.AssignmentUpdate{
+				Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
+				Generation: cur.gen,
+				Instances:  toProtoInstances(cur.set),
+				Config:     cur.config.proto(),
+			}, true)
+		}
+	}
+
+	node := hello.GetRouter().GetNode()
+	recvDone := make(chan error, 1)
+	// The receiver ends when the stream does, which gRPC guarantees once
+	// this handler returns; c.wg lets shutdown wait for it.
+	c.wg.Go(func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				recvDone <- err
+				return
+			}
+			switch m := m.GetMessage().(type) {
+			case *skipperv1.RouterMessage_Report:
+				rs.report(m.Report, time.Now())
+				c.metrics.heartbeatBatches.WithLabelValues(node).Inc()
+				log.Debug("report", "sequence", m.Report.GetSequence(), "functions", len(m.Report.GetFunctions()))
+			case *skipperv1.RouterMessage_Ack:
+				rs.ack(m.Ack)
+				log.Debug("ack", "function", refKey(m.Ack.GetFunction()), "generation", m.Ack.GetGeneration())
+			case *skipperv1.RouterMessage_Hello:
+				log.Warn("ignoring a second Hello on one stream")
+			}
+		}
+	})
+	for {
+		select {
+		case <-rs.wake:
+			for _, u := range rs.take() {
+				if err := stream.Send(&skipperv1.ControllerMessage{Message: &skipperv1.ControllerMessage_Update{Update: u}}); err != nil {
+					log.Info("router stream send failed", "err", err)
+					return err
+				}
+			}
+		case err := <-recvDone:
+			if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled {
+				log.Info("router disconnected")
+				return nil
+			}
+			log.Info("router stream ended", "err", err)
+			return err
+		case <-rs.replaced:
+			log.Info("router stream replaced by a newer one")
+			return status.Error(codes.Aborted, "replaced by a newer stream of the same router")
+		case <-s.closing:
+			return status.Error(codes.Unavailable, ErrShuttingDown.Error())
+		case <-stream.Context().Done():
+			return status.FromContextError(stream.Context().Err()).Err()
+		}
+	}
+}
+
+// forwarder sends GetInstance to the owning replica, one client connection
+// per owner address, kept until shutdown.
+type forwarder struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+func newForwarder() *forwarder { return &forwarder{conns: map[string]*grpc.ClientConn{}} }
+
+func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if cc, ok := f.conns[addr]; ok {
+		return cc, nil
+	}
+	// TODO(auth): forward the caller's bearer token once routers send one.
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	f.conns[addr] = cc
+	return cc, nil
+}
+
+// getInstance forwards req once to owner: the copy is marked forwarded, so
+// the owner answers it itself whatever its own view of the ring.
+func (f *forwarder) getInstance(ctx context.Context, owner string, req *skipperv1.GetInstanceRequest, timeout time.Duration) (*skipperv1.GetInstanceResponse, error) {
+	cc, err := f.conn(owner)
+	if err != nil {
+		return nil, withReason(ErrForward, "forward to owner %s: %v", owner, err)
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	fwd := proto.CloneOf(req)
+	fwd.Forwarded = true
+	return skipperv1.NewControllerClient(cc).GetInstance(ctx, fwd)
+}
+
+// retain closes the connections to addresses no longer on the ring.
+func (f *forwarder) retain(members []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for addr, cc := range f.conns {
+		if !slices.Contains(members, addr) {
+			_ = cc.Close()
+			delete(f.conns, addr)
+		}
+	}
+}
+
+func (f *forwarder) close() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for addr, cc := range f.conns {
+		_ = cc.Close()
+		delete(f.conns, addr)
+	}
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }

@@ -1,0 +1,860 @@
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/controller/ring"
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// klog's flush daemon lives for the process.
+		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
+	)
+}
+
+const systemNS = "skipper-system"
+
+var podsGVR = corev1.SchemeGroupVersion.WithResource("pods")
+
+// testEnv is a fake cluster plus an httptest server standing in for every
+// instance's assign endpoint.
+type testEnv struct {
+	t    *testing.T
+	core *fake.Clientset
+	dyn  *dynamicfake.FakeDynamicClient
+
+	assignSrv  *httptest.Server
+	assignPort int32
+
+	mu        sync.Mutex
+	assigned  []assign.Request
+	failFn    map[string]int // function key → status to answer
+	beforeRV  func(pod *corev1.Pod)
+	patchedOK []string // pods the API server claimed
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	t.Helper()
+	e := &testEnv{t: t, failFn: map[string]int{}}
+	e.assignSrv = httptest.NewServer(http.HandlerFunc(e.serveAssign))
+	t.Cleanup(e.assignSrv.Close)
+	_, port, _ := net.SplitHostPort(e.assignSrv.Listener.Addr().String())
+	p, _ := strconv.Atoi(port)
+	e.assignPort = int32(p)
+
+	e.core = fake.NewClientset()
+	e.core.PrependReactor("patch", "pods", e.patchPod)
+	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "FunctionList"})
+	return e
+}
+
+func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != assign.Path {
+		http.Error(w, "wrong endpoint", http.StatusNotFound)
+		return
+	}
+	var req assign.Request
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	e.mu.Lock()
+	e.assigned = append(e.assigned, req)
+	code := e.failFn[req.Function]
+	e.mu.Unlock()
+	if code != 0 {
+		http.Error(w, "refused by test", code)
+		return
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+func (e *testEnv) assignRequests() []assign.Request {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]assign.Request(nil), e.assigned...)
+}
+
+// patchPod applies JSON patches to pods as the API server does: test ops
+// that fail answer 422, and every write bumps resourceVersion.
+func (e *testEnv) patchPod(action k8stesting.Action) (bool, runtime.Object, error) {
+	pa := action.(k8stesting.PatchAction)
+	if pa.GetPatchType() != types.JSONPatchType {
+		return false, nil, nil
+	}
+	tr := e.core.Tracker()
+	obj, err := tr.Get(podsGVR, pa.GetNamespace(), pa.GetName())
+	if err != nil {
+		return true, nil, err
+	}
+	pod := obj.(*corev1.Pod).DeepCopy()
+	e.mu.Lock()
+	hook := e.beforeRV
+	e.mu.Unlock()
+	if hook != nil {
+		hook(pod) // a concurrent writer got there first
+	}
+	js, _ := json.Marshal(pod)
+	patch, err := jsonpatch.DecodePatch(pa.GetPatch())
+	if err != nil {
+		return true, nil, apierrors.NewBadRequest(err.Error())
+	}
+	out, err := patch.Apply(js)
+	if err != nil {
+		return true, nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch",
+			podsGVR.GroupResource(), pa.GetName(), err.Error(), 0, false)
+	}
+	var np corev1.Pod
+	if err := json.Unmarshal(out, &np); err != nil {
+		return true, nil, err
+	}
+	rv, _ := strconv.Atoi(np.ResourceVersion)
+	np.ResourceVersion = strconv.Itoa(rv + 1)
+	if err := tr.Update(podsGVR, &np, np.Namespace); err != nil {
+		return true, nil, err
+	}
+	e.mu.Lock()
+	e.patchedOK = append(e.patchedOK, np.Name)
+	e.mu.Unlock()
+	return true, &np, nil
+}
+
+func (e *testEnv) add(objs ...runtime.Object) {
+	e.t.Helper()
+	ctx := context.Background()
+	for _, o := range objs {
+		var err error
+		switch o := o.(type) {
+		case *corev1.Pod:
+			_, err = e.core.CoreV1().Pods(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *appsv1.Deployment:
+			_, err = e.core.AppsV1().Deployments(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *discoveryv1.EndpointSlice:
+			_, err = e.core.DiscoveryV1().EndpointSlices(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *corev1.Secret:
+			_, err = e.core.CoreV1().Secrets(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
+		case *v1alpha1.Function:
+			u, cerr := runtime.DefaultUnstructuredConverter.ToUnstructured(o)
+			if cerr != nil {
+				e.t.Fatal(cerr)
+			}
+			us := &unstructured.Unstructured{Object: u}
+			us.SetAPIVersion(v1alpha1.SchemeGroupVersion.String())
+			us.SetKind("Function")
+			_, err = e.dyn.Resource(v1alpha1.Resource).Namespace(o.Namespace).Create(ctx, us, metav1.CreateOptions{})
+		default:
+			e.t.Fatalf("add: unsupported %T", o)
+		}
+		if err != nil {
+			e.t.Fatalf("add %T: %v", o, err)
+		}
+	}
+}
+
+func (e *testEnv) pod(name string) *corev1.Pod {
+	e.t.Helper()
+	p, err := e.core.CoreV1().Pods("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get pod %s: %v", name, err)
+	}
+	return p
+}
+
+func (e *testEnv) publicKey() ed25519.PublicKey {
+	e.t.Helper()
+	s, err := e.core.CoreV1().Secrets(systemNS).Get(context.Background(), assignKeySecret, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatalf("get assign key secret: %v", err)
+	}
+	k, err := assign.ParsePublicKey(s.Data[assignKeyPublicKey])
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return k
+}
+
+// poolDeploy is a pool Deployment for pool in default.
+func poolDeploy(pool string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: pool, Labels: map[string]string{v1alpha1.LabelPool: pool}},
+		Spec: appsv1.DeploymentSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{
+			Name: "main", Ports: []corev1.ContainerPort{{ContainerPort: 8080}},
+		}}}}},
+	}
+}
+
+// fnFor is a Function in default on pool whose instances serve on the
+// test's assign server.
+func (e *testEnv) fnFor(name, pool string) *v1alpha1.Function {
+	fn := testFunction(name)
+	fn.Spec.Pool = pool
+	fn.Spec.Port = e.assignPort
+	fn.Spec.ConcurrencyLimit = 4
+	fn.Spec.Config = map[string]string{"greeting": "hi"}
+	return fn
+}
+
+func poolPod(name, pool string, opts ...podOpt) *corev1.Pod {
+	return testPod(name, append([]podOpt{pooled(pool), ip("127.0.0.1")}, opts...)...)
+}
+
+// ctlSlice is an EndpointSlice of the controller Service.
+func ctlSlice(name string, port int32, addr string) *discoveryv1.EndpointSlice {
+	s := slice(name, ptr(port), "grpc", ep(addr, ptr(true), nil))
+	s.Namespace = systemNS
+	s.Labels = map[string]string{discoveryv1.LabelServiceName: "skipper-controller"}
+	s.AddressType = discoveryv1.AddressTypeIPv4
+	return s
+}
+
+// replica is one controller replica serving on loopback.
+type replica struct {
+	name     string
+	addr     string
+	httpAddr string
+	client   skipperv1.ControllerClient
+	conn     *grpc.ClientConn
+	stop     func() // cancels the replica's context and waits for serve to return
+}
+
+func startReplica(t *testing.T, e *testEnv, name string, grpcLis net.Listener, modify func(*Config)) *replica {
+	t.Helper()
+	if grpcLis == nil {
+		grpcLis = listen(t)
+	}
+	httpLis := listen(t)
+	cfg := validConfig()
+	cfg.PodName, cfg.PodNamespace, cfg.PodIP = name, systemNS, "127.0.0.1"
+	cfg.ClaimTimeout, cfg.AssignTimeout, cfg.ShutdownTimeout = 2*time.Second, 2*time.Second, 2*time.Second
+	if modify != nil {
+		modify(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, log, clients{core: e.core, dyn: e.dyn}, grpcLis, httpLis) }()
+	r := &replica{name: name, addr: grpcLis.Addr().String(), httpAddr: httpLis.Addr().String()}
+	conn, err := grpc.NewClient("passthrough:///"+r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.conn, r.client = conn, skipperv1.NewControllerClient(conn)
+	var once sync.Once
+	r.stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("serve: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Error("serve did not return within 10s of cancellation")
+			}
+		})
+	}
+	t.Cleanup(func() {
+		conn.Close()
+		r.stop()
+	})
+	eventually(t, "replica ready", func() bool { return httpGet(t, r.httpAddr, "/readyz") == http.StatusOK })
+	return r
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func httpGet(t *testing.T, addr, path string) int {
+	t.Helper()
+	code, _ := httpGetBody(t, addr, path)
+	return code
+}
+
+func httpGetBody(t *testing.T, addr, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	if err != nil {
+		return 0, ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func getInstance(ctx context.Context, r *replica, name string, router *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return r.client.GetInstance(ctx, &skipperv1.GetInstanceRequest{
+		Function: &skipperv1.FunctionRef{Namespace: "default", Name: name},
+		Router:   router,
+	})
+}
+
+func TestGetInstanceClaimsAndAssigns(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Minute))))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	// p1 has been Ready longest, so it is claimed.
+	wantInst := []*skipperv1.Instance{{Pod: "p1", PodUid: "uid-p1", Address: fmt.Sprintf("127.0.0.1:%d", e.assignPort), Node: "node-1"}}
+	if got := resp.GetInstances(); len(got) != 1 || got[0].GetPod() != "p1" || got[0].GetAddress() != wantInst[0].Address ||
+		got[0].GetPodUid() != "uid-p1" || got[0].GetNode() != "node-1" {
+		t.Fatalf("instances = %v, want %v", got, wantInst)
+	}
+	if resp.GetOwner() != "ctl-0" || resp.GetGeneration() == 0 {
+		t.Errorf("owner %q generation %d, want ctl-0 and non-zero", resp.GetOwner(), resp.GetGeneration())
+	}
+	if c := resp.GetConfig(); c.GetConcurrencyLimit() != 4 || c.GetOneshot() || c.GetTimeout() != nil {
+		t.Errorf("config = %v", c)
+	}
+
+	// The pod carries the claim.
+	p1 := e.pod("p1")
+	if p1.Labels[v1alpha1.LabelFunction] != "hello" || !ownedBy(p1, fn) {
+		t.Errorf("p1 labels %v owners %v: not claimed for hello", p1.Labels, p1.OwnerReferences)
+	}
+	if len(p1.OwnerReferences) != 2 || p1.OwnerReferences[0].Kind != "ReplicaSet" {
+		t.Errorf("the ReplicaSet ownerReference was not kept: %v", p1.OwnerReferences)
+	}
+	if _, claimed := e.pod("p2").Labels[v1alpha1.LabelFunction]; claimed {
+		t.Error("p2 was claimed too")
+	}
+
+	// The instance got a verifiable assignment.
+	reqs := e.assignRequests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d assign requests, want 1", len(reqs))
+	}
+	claims, err := assign.Verify(e.publicKey(), reqs[0].Token, "uid-p1", time.Now())
+	if err != nil {
+		t.Fatalf("assign token: %v", err)
+	}
+	if claims.Function != "default/hello" || reqs[0].Function != "default/hello" || reqs[0].Port != e.assignPort ||
+		reqs[0].Config["greeting"] != "hi" {
+		t.Errorf("assign request %+v claims %+v", reqs[0], claims)
+	}
+	if exp := time.Unix(claims.Expiry, 0); exp.Before(time.Now()) || exp.After(time.Now().Add(2*time.Minute)) {
+		t.Errorf("token expiry %s, want about a minute ahead", exp)
+	}
+
+	// A second call is served from the set: same generation, no claim.
+	again, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.GetGeneration() != resp.GetGeneration() || len(again.GetInstances()) != 1 {
+		t.Errorf("second call: generation %d (first %d), instances %v", again.GetGeneration(), resp.GetGeneration(), again.GetInstances())
+	}
+	if n := len(e.assignRequests()); n != 1 {
+		t.Errorf("%d assign requests after the second call, want 1", n)
+	}
+
+	// The public key is published where pool pods mount it, and status names the owner.
+	eventually(t, "assign key ConfigMap in default", func() bool {
+		cm, err := e.core.CoreV1().ConfigMaps("default").Get(t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		k, err := assign.ParsePublicKey([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
+		return err == nil && k.Equal(e.publicKey())
+	})
+	eventually(t, "status.owner", func() bool {
+		u, err := e.dyn.Resource(v1alpha1.Resource).Namespace("default").Get(t.Context(), "hello", metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		owner, _, _ := unstructured.NestedString(u.Object, "status", "owner")
+		ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
+		return owner == "ctl-0" && ready == 1
+	})
+	_, metrics := httpGetBody(t, r.httpAddr, "/metrics")
+	for _, want := range []string{
+		`skipper_controller_assignments_total{function="default/hello",result="claimed"} 1`,
+		`skipper_controller_assignments_total{function="default/hello",result="existing"} 1`,
+		`skipper_controller_assignments_total{function="default/hello",result="exhausted"} 0`,
+		`skipper_controller_assignment_seconds_count 2`,
+		`skipper_controller_owned_functions 1`,
+		`skipper_controller_ring_members 0`,
+		`skipper_controller_instances{function="default/hello",state="ready"} 1`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestConcurrentCallersShareOneClaim(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+
+	const callers = 20
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	pods := make(chan string, callers)
+	for range callers {
+		wg.Go(func() {
+			resp, err := getInstance(t.Context(), r, "hello", nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			pods <- resp.GetInstances()[0].GetPod()
+		})
+	}
+	wg.Wait()
+	close(errs)
+	close(pods)
+	for err := range errs {
+		t.Errorf("GetInstance: %v", err)
+	}
+	seen := map[string]bool{}
+	for p := range pods {
+		seen[p] = true
+	}
+	if len(seen) != 1 {
+		t.Errorf("callers got pods %v, want one pod for all", seen)
+	}
+	if n := len(e.assignRequests()); n != 1 {
+		t.Errorf("%d assign requests, want 1", n)
+	}
+	claimed := 0
+	for _, n := range []string{"p1", "p2", "p3"} {
+		if _, ok := e.pod(n).Labels[v1alpha1.LabelFunction]; ok {
+			claimed++
+		}
+	}
+	if claimed != 1 {
+		t.Errorf("%d pods claimed, want 1", claimed)
+	}
+}
+
+func TestClaimConflictMovesToNextPod(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Second))))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	// Someone else writes p1 between our cache and our patch.
+	e.mu.Lock()
+	e.beforeRV = func(p *corev1.Pod) {
+		if p.Name == "p1" {
+			p.ResourceVersion = "99"
+		}
+	}
+	e.mu.Unlock()
+
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if got := resp.GetInstances()[0].GetPod(); got != "p2" {
+		t.Errorf("claimed %s, want p2 after p1's test op failed", got)
+	}
+	if _, ok := e.pod("p1").Labels[v1alpha1.LabelFunction]; ok {
+		t.Error("p1 was claimed despite the failed test op")
+	}
+}
+
+func TestGetInstanceWaitsForAPoolPod(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	time.AfterFunc(200*time.Millisecond, func() {
+		_, _ = e.core.CoreV1().Pods("default").Create(context.Background(), poolPod("late", "echo"), metav1.CreateOptions{})
+	})
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if got := resp.GetInstances()[0].GetPod(); got != "late" {
+		t.Errorf("instance %s, want late", got)
+	}
+}
+
+func TestGetInstanceErrors(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(
+		poolDeploy("echo"), poolDeploy("empty"), poolPod("p1", "echo"),
+		e.fnFor("hello", "echo"), e.fnFor("nopool", "missing"), e.fnFor("starved", "empty"), e.fnFor("broken", "echo"),
+	)
+	oneshot := e.fnFor("once", "echo")
+	oneshot.Spec.Oneshot = true
+	e.add(oneshot)
+	e.failFn["default/broken"] = http.StatusInternalServerError
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimTimeout = 300 * time.Millisecond })
+
+	tests := []struct {
+		name     string
+		ns, fn   string
+		want     codes.Code
+		wantMsg  string
+		deadline time.Duration
+	}{
+		{name: "empty name", ns: "default", fn: "", want: codes.InvalidArgument, wantMsg: "name is empty"},
+		{name: "bad namespace", ns: "Not_A_Namespace", fn: "hello", want: codes.InvalidArgument, wantMsg: "namespace"},
+		{name: "unknown function", ns: "default", fn: "nope", want: codes.NotFound, wantMsg: "function default/nope not found"},
+		{name: "pool missing", ns: "default", fn: "nopool", want: codes.FailedPrecondition, wantMsg: "pool default/missing of function default/nopool not found"},
+		{name: "pool empty", ns: "default", fn: "starved", want: codes.ResourceExhausted, wantMsg: "pool default/empty has no ready pods"},
+		{name: "pool empty, caller deadline first", ns: "default", fn: "starved", want: codes.DeadlineExceeded, deadline: 50 * time.Millisecond},
+		{name: "oneshot not in v0", ns: "default", fn: "once", want: codes.Unimplemented, wantMsg: "oneshot"},
+		{name: "assign refused", ns: "default", fn: "broken", want: codes.Unavailable, wantMsg: "500"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := t.Context()
+			if tt.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tt.deadline)
+				defer cancel()
+			}
+			_, err := r.client.GetInstance(ctx, &skipperv1.GetInstanceRequest{Function: &skipperv1.FunctionRef{Namespace: tt.ns, Name: tt.fn}})
+			st := status.Convert(err)
+			if st.Code() != tt.want || !strings.Contains(st.Message(), tt.wantMsg) {
+				t.Errorf("GetInstance = %v %q, want %v containing %q", st.Code(), st.Message(), tt.want, tt.wantMsg)
+			}
+		})
+	}
+	// The pod whose assignment failed was claimed, so the pool let it go:
+	// it is deleted rather than left orphaned.
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), "p1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod p1 after a failed assignment: err = %v, want NotFound", err)
+	}
+	_, err := r.client.ReleaseInstance(t.Context(), &skipperv1.ReleaseInstanceRequest{})
+	if status.Code(err) != codes.Unimplemented {
+		t.Errorf("ReleaseInstance = %v, want Unimplemented", err)
+	}
+}
+
+func TestForwardsOnceToOwner(t *testing.T) {
+	e := newTestEnv(t)
+	la, lb := listen(t), listen(t)
+	port := func(l net.Listener) (string, int32) {
+		h, p, _ := net.SplitHostPort(l.Addr().String())
+		n, _ := strconv.Atoi(p)
+		return h, int32(n)
+	}
+	// Both replicas share 127.0.0.1, so each advertises its own port; the
+	// Service's slices carry one port each (one slice per port, as the
+	// EndpointSlice controller writes for distinct target ports).
+	ha, pa := port(la)
+	hb, pb := port(lb)
+	e.add(ctlSlice("ctl-a", pa, ha), ctlSlice("ctl-b", pb, hb))
+	members := []string{la.Addr().String(), lb.Addr().String()}
+	rg, err := ring.New(members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A function B owns.
+	name := ""
+	for i := range 1000 {
+		n := fmt.Sprintf("fn-%d", i)
+		if rg.Owner("default/"+n) == lb.Addr().String() {
+			name = n
+			break
+		}
+	}
+	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
+	a := startReplica(t, e, "ctl-a", la, nil)
+	b := startReplica(t, e, "ctl-b", lb, nil)
+	eventually(t, "both replicas see a two-member ring", func() bool {
+		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
+		_, mb := httpGetBody(t, b.httpAddr, "/metrics")
+		return strings.Contains(ma, "skipper_controller_ring_members 2") && strings.Contains(mb, "skipper_controller_ring_members 2")
+	})
+
+	resp, err := getInstance(t.Context(), a, name, nil)
+	if err != nil {
+		t.Fatalf("GetInstance via A: %v", err)
+	}
+	if resp.GetOwner() != "ctl-b" {
+		t.Errorf("owner = %q, want ctl-b (forwarded)", resp.GetOwner())
+	}
+	// A forwarded request is answered where it lands, never forwarded again.
+	fwd, err := a.client.GetInstance(t.Context(), &skipperv1.GetInstanceRequest{
+		Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, Forwarded: true,
+	})
+	if err != nil {
+		t.Fatalf("forwarded GetInstance on A: %v", err)
+	}
+	if fwd.GetOwner() != "ctl-a" {
+		t.Errorf("owner of a forwarded request = %q, want ctl-a", fwd.GetOwner())
+	}
+	_, ma := httpGetBody(t, a.httpAddr, "/metrics")
+	if want := fmt.Sprintf(`skipper_controller_assignments_total{function="default/%s",result="forwarded"} 1`, name); !strings.Contains(ma, want) {
+		t.Errorf("A's metrics lack %q", want)
+	}
+}
+
+func TestConnectPushesUpdates(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ReportInterval = 2 * time.Second })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, err := r.client.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-x", Incarnation: "i1", ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1}
+	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := m.GetWelcome()
+	if w.GetController() != "ctl-0" || w.GetReportInterval().AsDuration() != 2*time.Second || w.GetProtocolVersion() != skipperv1.ProtocolVersion_PROTOCOL_VERSION_1 {
+		t.Fatalf("welcome = %v", w)
+	}
+	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: &skipperv1.Report{Sequence: 1}}}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := getInstance(t.Context(), r, "hello", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The claim may reach the stream as an update of its own; read until the
+	// instance set empties after the pod stops being Ready.
+	p1 := e.pod("p1")
+	p1.Status.Conditions[0].Status = corev1.ConditionFalse
+	if _, err := e.core.CoreV1().Pods("default").UpdateStatus(t.Context(), p1, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("Recv: %v", err)
+		}
+		u := m.GetUpdate()
+		if u == nil {
+			t.Fatalf("unexpected message %v", m)
+		}
+		if len(u.GetInstances()) == 0 {
+			if u.GetGeneration() <= resp.GetGeneration() {
+				t.Errorf("update generation %d not above %d", u.GetGeneration(), resp.GetGeneration())
+			}
+			if u.GetFunction().GetName() != "hello" || u.GetRemoved() {
+				t.Errorf("update = %v", u)
+			}
+			break
+		}
+	}
+	eventually(t, "heartbeat metric", func() bool {
+		_, body := httpGetBody(t, r.httpAddr, "/metrics")
+		return strings.Contains(body, `skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
+	})
+	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.GetController() != "ctl-0" || len(st.GetRouters()) != 1 || st.GetRouters()[0].GetLastSequence() != 1 || len(st.GetFunctions()) != 1 {
+		t.Errorf("GetState = %v", st)
+	}
+	// A second stream of the same router process replaces the first.
+	_ = stream.CloseSend()
+}
+
+func TestHealth(t *testing.T) {
+	e := newTestEnv(t)
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	if code := httpGet(t, r.httpAddr, "/healthz"); code != http.StatusOK {
+		t.Errorf("/healthz = %d", code)
+	}
+	for _, svc := range []string{"", "skipper.v1.Controller"} {
+		resp, err := healthpb.NewHealthClient(r.conn).Check(t.Context(), &healthpb.HealthCheckRequest{Service: svc})
+		if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health %q = %v, %v; want SERVING", svc, resp.GetStatus(), err)
+		}
+	}
+}
+
+func TestAssignKeyCreateRace(t *testing.T) {
+	// Another replica creates the Secret between our Get and our Create.
+	other, _ := testKey(t)
+	core := fake.NewClientset()
+	core.PrependReactor("create", "secrets", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		_ = core.Tracker().Add(other)
+		return true, nil, apierrors.NewAlreadyExists(corev1.Resource("secrets"), assignKeySecret)
+	})
+	got, err := loadOrCreateAssignKey(t.Context(), core, systemNS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := keyFromSecret(other)
+	if !got.Equal(want) {
+		t.Error("did not adopt the winning replica's key")
+	}
+	// And an existing Secret is used as is.
+	again, err := loadOrCreateAssignKey(t.Context(), core, systemNS)
+	if err != nil || !again.Equal(want) {
+		t.Errorf("second load: %v, equal %v", err, again.Equal(want))
+	}
+}
+
+func testKey(t *testing.T) (*corev1.Secret, ed25519.PrivateKey) {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	privPEM, _ := assign.MarshalPrivateKey(priv)
+	pubPEM, _ := assign.MarshalPublicKey(priv.Public().(ed25519.PublicKey))
+	return &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: assignKeySecret},
+		Data:       map[string][]byte{assignKeyPrivateKey: privPEM, assignKeyPublicKey: pubPEM},
+	}, priv
+}
+
+func TestHelloResubscriptionGetsCurrentSet(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	first, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A router that reconnects holding an older generation is sent the
+	// current set at once.
+	stream, err := r.client.Connect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{
+		Router: &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-y", Incarnation: "1"},
+		Subscriptions: []*skipperv1.Subscription{{
+			Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"}, Generation: first.GetGeneration() - 1,
+		}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := stream.Recv(); err != nil || m.GetWelcome() == nil {
+		t.Fatalf("first message %v, %v; want Welcome", m, err)
+	}
+	m, err := stream.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := m.GetUpdate()
+	if u.GetGeneration() != first.GetGeneration() || len(u.GetInstances()) != 1 || u.GetInstances()[0].GetPod() != "p1" {
+		t.Errorf("update = %v, want generation %d with p1", u, first.GetGeneration())
+	}
+
+	// Shutdown ends open streams at once rather than waiting out
+	// --shutdown-timeout, telling the router to go elsewhere.
+	start := time.Now()
+	r.stop()
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("shutdown with an open stream took %s", took)
+	}
+	for {
+		_, err := stream.Recv()
+		if err == nil {
+			continue
+		}
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("stream ended with %v, want Unavailable", err)
+		}
+		break
+	}
+}
+
+func TestConnectRequiresHello(t *testing.T) {
+	e := newTestEnv(t)
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	stream, err := r.client.Connect(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: &skipperv1.Report{}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("Recv = %v, want InvalidArgument", err)
+	}
+}
+
+func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	e.add(poolDeploy("echo"), fn)
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	// Another replica (answering a forwarded call) claims for the same
+	// function while this one waits on the empty pool.
+	time.AfterFunc(200*time.Millisecond, func() {
+		_, _ = e.core.CoreV1().Pods("default").Create(context.Background(), poolPod("elsewhere", "echo", claimedBy(fn)), metav1.CreateOptions{})
+	})
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if got := resp.GetInstances(); len(got) != 1 || got[0].GetPod() != "elsewhere" {
+		t.Errorf("instances = %v, want the pod claimed elsewhere", got)
+	}
+	if n := len(e.assignRequests()); n != 0 {
+		t.Errorf("%d assign requests, want none", n)
+	}
+}

@@ -1,0 +1,300 @@
+package noderouter
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"time"
+)
+
+// Modes the router runs in.
+const (
+	ModeDaemonSet = "daemonset"
+	ModeSidecar   = "sidecar"
+)
+
+// Config is the router's whole configuration. DefaultConfig holds every
+// default; Validate checks it before anything starts.
+type Config struct {
+	// Listen is the data-plane address (the node IP's :8380 in a DaemonSet).
+	Listen string
+	// AdminListen serves /metrics, /healthz and /readyz.
+	AdminListen string
+	// Mode is ModeDaemonSet or ModeSidecar (not implemented yet).
+	Mode string
+
+	// NodeName, PodName and PodNamespace identify the router to controllers
+	// and label its metrics.
+	NodeName     string
+	PodName      string
+	PodNamespace string
+
+	// ControllerService and ControllerNamespace name the headless Service
+	// whose ready EndpointSlice endpoints are the ring members.
+	ControllerService   string
+	ControllerNamespace string
+	// ControllerPortName is the EndpointSlice port to use; when no port has
+	// this name the first port is used.
+	ControllerPortName string
+	// ControllerAddresses, when set, is a static member list (ip:port) that
+	// replaces the EndpointSlice informer.
+	ControllerAddresses []string
+	// Kubeconfig is a kubeconfig path; empty means in-cluster config.
+	Kubeconfig string
+
+	// DefaultNamespace lets `x-skipper-function: <name>` name a function in
+	// this namespace; empty requires <namespace>/<name>.
+	DefaultNamespace string
+
+	// ColdStartTimeout bounds a GetInstance call on a cache miss.
+	ColdStartTimeout time.Duration
+	// RequestTimeout bounds a proxied request when the function sets no
+	// timeout; 0 means none.
+	RequestTimeout time.Duration
+	// ReportInterval is how often a report goes to each connected controller.
+	ReportInterval time.Duration
+	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
+	// between Connect attempts.
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+	// DrainDelay is how long the router keeps serving after SIGTERM with
+	// /readyz failing, so that endpoints drop it before it stops listening.
+	DrainDelay time.Duration
+	// ShutdownTimeout bounds how long SIGTERM then waits for in-flight
+	// requests.
+	ShutdownTimeout time.Duration
+
+	// DialTimeout bounds a TCP connect to an instance.
+	DialTimeout time.Duration
+	// MaxIdleConnsPerHost is the keep-alive pool size per instance.
+	MaxIdleConnsPerHost int
+	// IdleConnTimeout closes idle instance connections.
+	IdleConnTimeout time.Duration
+
+	// LogLevel is debug, info, warn or error.
+	LogLevel string
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Listen:              ":8380",
+		AdminListen:         ":8381",
+		Mode:                ModeDaemonSet,
+		ControllerService:   "skipper-controller",
+		ControllerNamespace: "skipper-system",
+		ControllerPortName:  "grpc",
+		ColdStartTimeout:    10 * time.Second,
+		RequestTimeout:      5 * time.Minute,
+		ReportInterval:      time.Second,
+		ReconnectMin:        100 * time.Millisecond,
+		ReconnectMax:        10 * time.Second,
+		DrainDelay:          2 * time.Second,
+		ShutdownTimeout:     20 * time.Second,
+		DialTimeout:         2 * time.Second,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+		LogLevel:            "info",
+	}
+}
+
+// Validate returns every problem with c, joined.
+func (c Config) Validate() error {
+	var errs []error
+	req := func(v, flag string) {
+		if v == "" {
+			errs = append(errs, fmt.Errorf("--%s is required", flag))
+		}
+	}
+	req(c.Listen, "listen")
+	req(c.AdminListen, "admin-listen")
+	req(c.NodeName, "node-name")
+	req(c.PodName, "pod-name") // controllers key a router's stream by its pod
+	switch c.Mode {
+	case ModeDaemonSet:
+	case ModeSidecar:
+		errs = append(errs, errors.New("--mode=sidecar is not implemented yet; run --mode=daemonset"))
+	default:
+		errs = append(errs, fmt.Errorf("--mode %q: want %s or %s", c.Mode, ModeDaemonSet, ModeSidecar))
+	}
+	if len(c.ControllerAddresses) == 0 {
+		req(c.ControllerService, "controller-service")
+		req(c.ControllerNamespace, "controller-namespace")
+	}
+	for _, a := range c.ControllerAddresses {
+		if _, _, err := net.SplitHostPort(a); err != nil {
+			errs = append(errs, fmt.Errorf("--controller-addresses: %q: %w", a, err))
+		}
+	}
+	if c.DefaultNamespace != "" && !isLabel(c.DefaultNamespace) {
+		errs = append(errs, fmt.Errorf("--default-namespace %q is not a DNS label", c.DefaultNamespace))
+	}
+	pos := func(d time.Duration, flag string) {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("--%s %s must be positive", flag, d))
+		}
+	}
+	pos(c.ColdStartTimeout, "cold-start-timeout")
+	pos(c.ReportInterval, "report-interval")
+	pos(c.ReconnectMin, "reconnect-min")
+	pos(c.ShutdownTimeout, "shutdown-timeout")
+	pos(c.DialTimeout, "dial-timeout")
+	pos(c.IdleConnTimeout, "idle-conn-timeout")
+	if c.ReconnectMax < c.ReconnectMin {
+		errs = append(errs, fmt.Errorf("--reconnect-max %s is below --reconnect-min %s", c.ReconnectMax, c.ReconnectMin))
+	}
+	if c.DrainDelay < 0 {
+		errs = append(errs, fmt.Errorf("--drain-delay %s must not be negative", c.DrainDelay))
+	}
+	if c.RequestTimeout < 0 {
+		errs = append(errs, fmt.Errorf("--request-timeout %s must not be negative", c.RequestTimeout))
+	}
+	if c.MaxIdleConnsPerHost < 1 {
+		errs = append(errs, fmt.Errorf("--max-idle-conns-per-host %d must be at least 1", c.MaxIdleConnsPerHost))
+	}
+	if _, err := parseLevel(c.LogLevel); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+func isLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' && i > 0 && i < len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// listFlag is a comma-separated list.
+type listFlag struct{ p *[]string }
+
+func (l listFlag) String() string {
+	if l.p == nil {
+		return ""
+	}
+	return strings.Join(*l.p, ",")
+}
+
+func (l listFlag) Set(s string) error {
+	*l.p = nil
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			*l.p = append(*l.p, v)
+		}
+	}
+	return nil
+}
+
+// flagSet binds c's fields to flags and records each flag's env fallbacks.
+func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
+	fs := flag.NewFlagSet("skipper-noderouter", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	env := map[string][]string{}
+	envs := func(name string, extra ...string) {
+		env[name] = append([]string{"SKIPPER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}, extra...)
+	}
+	str := func(p *string, name, usage string, extra ...string) {
+		fs.StringVar(p, name, *p, usage)
+		envs(name, extra...)
+	}
+	dur := func(p *time.Duration, name, usage string) {
+		fs.DurationVar(p, name, *p, usage)
+		envs(name)
+	}
+	str(&c.Listen, "listen", "data-plane address; the DaemonSet passes $(HOST_IP):8380")
+	str(&c.AdminListen, "admin-listen", "address of /metrics, /healthz and /readyz; the DaemonSet passes $(HOST_IP):8381")
+	str(&c.Mode, "mode", "daemonset (one router per node) or sidecar (not implemented yet)")
+	str(&c.NodeName, "node-name", "node this router serves (downward API spec.nodeName); labels metrics, identifies the router", "NODE_NAME")
+	str(&c.PodName, "pod-name", "router pod's name (downward API metadata.name); required: controllers key the router's stream by it", "POD_NAME")
+	str(&c.PodNamespace, "pod-namespace", "router pod's namespace (downward API metadata.namespace)", "POD_NAMESPACE")
+	str(&c.ControllerService, "controller-service", "headless Service of the controllers; its ready EndpointSlice endpoints are the ring members")
+	str(&c.ControllerNamespace, "controller-namespace", "namespace of --controller-service")
+	str(&c.ControllerPortName, "controller-port-name", "EndpointSlice port of the controllers' gRPC server (the first port when none has this name)")
+	fs.Var(listFlag{&c.ControllerAddresses}, "controller-addresses", "static comma-separated controller ip:port list; replaces the EndpointSlice informer (tests without Kubernetes)")
+	envs("controller-addresses")
+	str(&c.Kubeconfig, "kubeconfig", "kubeconfig path; empty: in-cluster config", "KUBECONFIG")
+	str(&c.DefaultNamespace, "default-namespace", "namespace of a bare `x-skipper-function: <name>`; empty: <namespace>/<name> required")
+	dur(&c.ColdStartTimeout, "cold-start-timeout", "bound of a cache miss (GetInstance); then 503 with Retry-After")
+	dur(&c.RequestTimeout, "request-timeout", "bound of a proxied request when the function sets no timeout; 0: none")
+	dur(&c.ReportInterval, "report-interval", "interval of the load report sent to each connected controller")
+	dur(&c.ReconnectMin, "reconnect-min", "first backoff between controller stream attempts (jittered, doubling)")
+	dur(&c.ReconnectMax, "reconnect-max", "longest backoff between controller stream attempts")
+	dur(&c.DrainDelay, "drain-delay", "after SIGTERM, keep serving this long with /readyz failing before closing the listeners")
+	dur(&c.ShutdownTimeout, "shutdown-timeout", "then wait at most this long for in-flight requests (drain-delay + this < terminationGracePeriodSeconds)")
+	dur(&c.DialTimeout, "dial-timeout", "bound of a TCP connect to an instance")
+	fs.IntVar(&c.MaxIdleConnsPerHost, "max-idle-conns-per-host", c.MaxIdleConnsPerHost, "keep-alive connections kept per instance")
+	envs("max-idle-conns-per-host")
+	dur(&c.IdleConnTimeout, "idle-conn-timeout", "idle instance connections are closed after this")
+	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	return fs, env
+}
+
+// ParseConfig builds a Config from the defaults, the environment and args
+// (flags win over the environment). It returns flag.ErrHelp after writing
+// usage to w for --help, and a validated Config otherwise.
+func ParseConfig(args []string, w io.Writer) (Config, error) {
+	c := DefaultConfig()
+	fs, env := c.flagSet()
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		for _, e := range env[f.Name] {
+			if v, ok := os.LookupEnv(e); ok && v != "" {
+				if err := f.Value.Set(v); err != nil {
+					errs = append(errs, fmt.Errorf("env %s=%q: %w", e, v, err))
+				}
+				return
+			}
+		}
+	})
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			writeUsage(w, fs, env)
+			return c, err
+		}
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, err
+	}
+	return c, c.Validate()
+}
+
+func writeUsage(w io.Writer, fs *flag.FlagSet, env map[string][]string) {
+	fmt.Fprint(w, `Usage: skipper-noderouter [flags]
+
+skipper-noderouter routes HTTP calls to Skipper functions from the node they
+are made on. A request names its function with the header
+"x-skipper-function: <namespace>/<name>" or "Host: <name>.<namespace>.fn"; the
+router proxies it to an instance it has cached, asking the function's owning
+controller (GetInstance) only on a miss.
+
+Flags (each falls back to the environment variables shown; flags win):
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		fmt.Fprintf(w, "  --%s\n", f.Name)
+		fmt.Fprintf(w, "        %s\n", f.Usage)
+		fmt.Fprintf(w, "        default %q; env %s\n", f.DefValue, strings.Join(env[f.Name], ", "))
+	})
+}

@@ -1,0 +1,118 @@
+package noderouter
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+func TestHelpGolden(t *testing.T) {
+	var out bytes.Buffer
+	if err := Run(t.Context(), []string{"--help"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "help.golden")
+	if *update {
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestHelpGolden -update)", err)
+	}
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("--help differs from %s (-want +got; refresh with -update):\n%s", path, diff)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	for _, k := range []string{"KUBECONFIG", "POD_NAMESPACE", "SKIPPER_NODE_NAME", "SKIPPER_LISTEN", "SKIPPER_DEFAULT_NAMESPACE"} {
+		t.Setenv(k, "") // ignore the caller's environment; empty means unset
+	}
+	t.Setenv("NODE_NAME", "node-env")
+	t.Setenv("POD_NAME", "router-env")
+	t.Setenv("SKIPPER_COLD_START_TIMEOUT", "3s")
+	t.Setenv("SKIPPER_CONTROLLER_ADDRESSES", "198.18.1.5:9090, 198.18.1.6:9090")
+	tests := []struct {
+		name    string
+		args    []string
+		want    func(*Config)
+		wantErr []string
+	}{
+		{
+			name: "env fallbacks",
+			want: func(c *Config) {
+				c.NodeName = "node-env"
+				c.PodName = "router-env"
+				c.ColdStartTimeout = 3 * time.Second
+				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+			},
+		},
+		{
+			name: "flags win",
+			args: []string{"--node-name=n2", "--cold-start-timeout", "250ms", "--controller-addresses=127.0.0.1:1", "--listen=198.51.100.11:8380", "--default-namespace=default"},
+			want: func(c *Config) {
+				c.NodeName = "n2"
+				c.PodName = "router-env"
+				c.ColdStartTimeout = 250 * time.Millisecond
+				c.ControllerAddresses = []string{"127.0.0.1:1"}
+				c.Listen = "198.51.100.11:8380"
+				c.DefaultNamespace = "default"
+			},
+		},
+		{
+			name: "every problem at once",
+			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud"},
+			wantErr: []string{"--node-name is required", "--pod-name is required", "sidecar is not implemented", "--cold-start-timeout 0s must be positive",
+				`"nope"`, "--default-namespace", "--reconnect-max", "--log-level"},
+		},
+		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
+		{name: "bad duration", args: []string{"--report-interval=soon"}, wantErr: []string{"report-interval"}},
+		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseConfig(tt.args, io.Discard)
+			if tt.wantErr != nil {
+				if err == nil {
+					t.Fatal("want an error")
+				}
+				for _, w := range tt.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error %q lacks %q", err, w)
+					}
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := DefaultConfig()
+			tt.want(&want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRunRejectsBadConfig(t *testing.T) {
+	err := Run(t.Context(), []string{"--node-name="}, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "--node-name is required") {
+		t.Fatalf("err = %v", err)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		t.Fatal("not a help request")
+	}
+}

@@ -1,0 +1,457 @@
+package noderouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/noderouter/route"
+	pb "skipper.dev/skipper/proto/skipperv1"
+)
+
+// controlPlane is the router's side of the controllers: the ring built from
+// the current members, one gRPC connection and one Connect stream per
+// controller the router has talked to, and the cache misses it resolves.
+type controlPlane struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	cache *route.Cache
+	id    *pb.RouterIdentity
+
+	// ctx bounds every call and stream; cancelled by close.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	ring atomic.Pointer[ring.Ring] // nil while there are no members
+	sf   singleflight.Group
+
+	mu     sync.Mutex
+	ctrls  map[string]*controller // by address
+	closed bool
+	wg     sync.WaitGroup // stream loops
+	// calls counts GetInstance calls in flight; Add only under mu while
+	// not closed, so close can Wait for them.
+	calls sync.WaitGroup
+}
+
+var _ resolver = (*controlPlane)(nil)
+
+func newControlPlane(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, id *pb.RouterIdentity) *controlPlane {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &controlPlane{cfg: cfg, log: log, m: m, cache: cache, id: id, ctx: ctx, cancel: cancel, ctrls: map[string]*controller{}}
+}
+
+// controller is one controller replica: its connection and its stream loop.
+type controller struct {
+	addr   string
+	cc     *grpc.ClientConn
+	client pb.ControllerClient
+	cancel context.CancelFunc
+	done   chan struct{}
+	// welcomed is closed once a stream has been welcomed. GetInstance
+	// subscribes the caller's stream only if the controller knows it, so
+	// the first GetInstance waits (briefly) for it.
+	welcomed    chan struct{}
+	welcomeOnce sync.Once
+}
+
+// welcomeWait bounds how long the first GetInstance to a controller waits
+// for its stream's Welcome. A controller whose Connect fails still gets the
+// GetInstance after it; the router re-subscribes in its next Hello.
+const welcomeWait = 500 * time.Millisecond
+
+// setMembers installs a new ring. Streams to controllers that left are
+// stopped; streams to the owners of cached functions are started, so their
+// reports follow ownership.
+func (cp *controlPlane) setMembers(members []string) {
+	r, err := ring.New(members)
+	if err != nil {
+		r = nil
+	}
+	old := cp.ring.Swap(r)
+	if old != nil && r != nil && old.Epoch() == r.Epoch() {
+		return
+	}
+	cp.log.Info("controller ring changed", "members", members)
+
+	cp.mu.Lock()
+	var stop []*controller
+	for addr, c := range cp.ctrls {
+		if r == nil || !r.Has(addr) {
+			stop = append(stop, c)
+			delete(cp.ctrls, addr)
+		}
+	}
+	cp.mu.Unlock()
+	for _, c := range stop {
+		c.stop()
+	}
+	if r == nil {
+		return
+	}
+	for _, e := range cp.cache.Entries() {
+		if e.Assignment() != nil {
+			if _, err := cp.controller(r.Owner(e.Key)); err != nil {
+				cp.log.Warn("connect to owner", "function", e.Key, "err", err)
+			}
+		}
+	}
+}
+
+// controller returns the connection to addr, dialling it and starting its
+// stream loop on first use.
+func (cp *controlPlane) controller(addr string) (*controller, error) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.closed {
+		return nil, status.Error(codes.Unavailable, "router is shutting down")
+	}
+	if c := cp.ctrls[addr]; c != nil {
+		return c, nil
+	}
+	// Routers will authenticate with a projected ServiceAccount token in
+	// the metadata (see controller.proto); no dial option carries it yet.
+	// passthrough: members are ip:port, never names to resolve.
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("grpc client for %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(cp.ctx)
+	c := &controller{addr: addr, cc: cc, client: pb.NewControllerClient(cc), cancel: cancel,
+		done: make(chan struct{}), welcomed: make(chan struct{})}
+	cp.ctrls[addr] = c
+	cp.m.heartbeats.WithLabelValues(addr)
+	cp.wg.Go(func() {
+		defer close(c.done)
+		cp.streamLoop(ctx, c)
+	})
+	return c, nil
+}
+
+// stop ends c's stream loop and closes its connection.
+func (c *controller) stop() {
+	c.cancel()
+	<-c.done
+	_ = c.cc.Close()
+}
+
+// close stops every stream and connection and waits for them.
+func (cp *controlPlane) close() {
+	cp.mu.Lock()
+	cp.closed = true
+	ctrls := cp.ctrls
+	cp.ctrls = map[string]*controller{}
+	cp.mu.Unlock()
+	cp.cancel()
+	for _, c := range ctrls {
+		c.stop()
+	}
+	cp.wg.Wait()
+	cp.calls.Wait()
+}
+
+// resolve asks the function's owner for its instance set. Concurrent misses
+// of one function share one call, bounded by the cold-start timeout and not
+// by any one caller: a caller that goes away does not fail the others.
+func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string) (*route.Entry, *route.Assignment, error) {
+	type result struct {
+		e *route.Entry
+		a *route.Assignment
+	}
+	key := ref.String()
+	ch := cp.sf.DoChan(key, func() (any, error) {
+		cp.mu.Lock()
+		if cp.closed {
+			cp.mu.Unlock()
+			return nil, status.Error(codes.Unavailable, "router is shutting down")
+		}
+		cp.calls.Add(1)
+		cp.mu.Unlock()
+		defer cp.calls.Done()
+		e, a, err := cp.getInstance(ref, key, known, unusable)
+		return result{e, a}, err
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, nil, res.Err
+		}
+		r := res.Val.(result)
+		return r.e, r.a, nil
+	case <-ctx.Done():
+		return nil, nil, ctx.Err()
+	}
+}
+
+func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string) (*route.Entry, *route.Assignment, error) {
+	r := cp.ring.Load()
+	if r == nil {
+		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
+		return nil, nil, status.Error(codes.Unavailable, "no ready controller (the ring is empty)")
+	}
+	owner := r.Owner(key)
+	c, err := cp.controller(owner)
+	if err != nil {
+		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
+		return nil, nil, status.Error(codes.Unavailable, err.Error())
+	}
+	ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.ColdStartTimeout)
+	defer cancel()
+	start := time.Now()
+	select {
+	case <-c.welcomed:
+	default:
+		t := time.NewTimer(welcomeWait)
+		select {
+		case <-c.welcomed:
+		case <-t.C:
+		case <-ctx.Done():
+		}
+		t.Stop()
+	}
+	resp, err := c.client.GetInstance(ctx, &pb.GetInstanceRequest{
+		Function:        &pb.FunctionRef{Namespace: ref.Namespace, Name: ref.Name},
+		Router:          cp.id,
+		KnownGeneration: known,
+		UnusablePodUids: unusable,
+	})
+	cp.m.getInstanceSecs.Observe(time.Since(start).Seconds())
+	if err != nil {
+		_, res := controllerAnswer(err)
+		cp.m.getInstance.WithLabelValues(res).Inc()
+		cp.log.Info("GetInstance failed", "function", key, "controller", owner, "code", status.Code(err).String(), "err", err)
+		return nil, nil, err
+	}
+	cp.m.getInstance.WithLabelValues(resultOK).Inc()
+	e, a, applied := cp.cache.Store(ref, toUpdate(resp.GetGeneration(), resp.GetInstances(), resp.GetConfig()))
+	e.Cold.Add(1)
+	cp.log.Debug("GetInstance", "function", key, "controller", owner, "generation", resp.GetGeneration(),
+		"instances", len(resp.GetInstances()), "applied", applied)
+	return e, a, nil
+}
+
+func toUpdate(gen uint64, ins []*pb.Instance, cfg *pb.FunctionConfig) route.Update {
+	u := route.Update{Generation: gen, Instances: make([]route.InstanceInfo, 0, len(ins))}
+	for _, in := range ins {
+		if in.GetAddress() == "" {
+			continue
+		}
+		u.Instances = append(u.Instances, route.InstanceInfo{Pod: in.GetPod(), PodUID: in.GetPodUid(), Address: in.GetAddress(), Node: in.GetNode()})
+	}
+	if cfg != nil {
+		u.Config = route.Config{ConcurrencyLimit: cfg.GetConcurrencyLimit(), Oneshot: cfg.GetOneshot()}
+		if cfg.GetTimeout() != nil {
+			u.Config.Timeout = cfg.GetTimeout().AsDuration()
+		}
+	}
+	return u
+}
+
+// streamLoop keeps one Connect stream to c open until ctx ends, reconnecting
+// with jittered exponential backoff.
+func (cp *controlPlane) streamLoop(ctx context.Context, c *controller) {
+	log := cp.log.With("controller", c.addr)
+	backoff := cp.cfg.ReconnectMin
+	for first := true; ; first = false {
+		if !first {
+			cp.m.reconnects.Inc()
+		}
+		welcomed, err := cp.stream(ctx, c)
+		if ctx.Err() != nil {
+			return
+		}
+		if welcomed {
+			backoff = cp.cfg.ReconnectMin
+		}
+		// Full jitter in [backoff/2, backoff) spreads a fleet of routers that
+		// lost the same controller.
+		wait := backoff/2 + rand.N(backoff/2+1)
+		log.Warn("controller stream ended; reconnecting", "err", err, "in", wait.String())
+		backoff = min(2*backoff, cp.cfg.ReconnectMax)
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// stream runs one Connect stream: Hello, then a Report per interval and an
+// Ack per applied update, until the stream or ctx ends. welcomed reports
+// whether the controller answered the Hello.
+func (cp *controlPlane) stream(ctx context.Context, c *controller) (welcomed bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	st, err := c.client.Connect(ctx)
+	if err != nil {
+		return false, fmt.Errorf("connect: %w", err)
+	}
+	hello := &pb.Hello{Router: cp.id, Subscriptions: cp.subscriptions(c.addr)}
+	if err := st.Send(&pb.RouterMessage{Message: &pb.RouterMessage_Hello{Hello: hello}}); err != nil {
+		return false, fmt.Errorf("send hello: %w", err)
+	}
+
+	var gotWelcome atomic.Bool
+	acks := make(chan *pb.Ack, 64)
+	recvErr := make(chan error, 1)
+	wg.Go(func() { recvErr <- cp.receive(ctx, st, c, acks, &gotWelcome) })
+
+	t := time.NewTicker(cp.cfg.ReportInterval)
+	defer t.Stop()
+	var seq uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return gotWelcome.Load(), ctx.Err()
+		case err := <-recvErr:
+			return gotWelcome.Load(), err
+		case a := <-acks:
+			if err := st.Send(&pb.RouterMessage{Message: &pb.RouterMessage_Ack{Ack: a}}); err != nil {
+				return gotWelcome.Load(), fmt.Errorf("send ack: %w", err)
+			}
+		case now := <-t.C:
+			seq++
+			start := time.Now()
+			rep := cp.report(c.addr, seq, now)
+			if err := st.Send(&pb.RouterMessage{Message: &pb.RouterMessage_Report{Report: rep}}); err != nil {
+				return gotWelcome.Load(), fmt.Errorf("send report: %w", err)
+			}
+			cp.m.heartbeats.WithLabelValues(c.addr).Inc()
+			cp.m.heartbeatEntries.Observe(float64(len(rep.Functions)))
+			cp.m.heartbeatSend.Observe(time.Since(start).Seconds())
+		}
+	}
+}
+
+// receive applies what the controller pushes until the stream ends.
+func (cp *controlPlane) receive(ctx context.Context, st grpc.BidiStreamingClient[pb.RouterMessage, pb.ControllerMessage], c *controller, acks chan<- *pb.Ack, welcomed *atomic.Bool) error {
+	for {
+		msg, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return errors.New("controller closed the stream")
+		}
+		if err != nil {
+			return fmt.Errorf("receive: %w", err)
+		}
+		switch m := msg.GetMessage().(type) {
+		case *pb.ControllerMessage_Welcome:
+			welcomed.Store(true)
+			c.welcomeOnce.Do(func() { close(c.welcomed) })
+			cp.log.Info("controller stream open", "controller", c.addr, "name", m.Welcome.GetController(),
+				"ring_epoch", m.Welcome.GetRingEpoch(), "protocol", m.Welcome.GetProtocolVersion().String())
+		case *pb.ControllerMessage_Update:
+			ack := cp.apply(m.Update)
+			if ack == nil {
+				continue
+			}
+			select {
+			case acks <- ack:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// apply applies a pushed update and returns the Ack to send, nil when the
+// update names no function.
+func (cp *controlPlane) apply(u *pb.AssignmentUpdate) *pb.Ack {
+	fn := u.GetFunction()
+	if fn.GetNamespace() == "" || fn.GetName() == "" {
+		return nil
+	}
+	ref := route.Ref{Namespace: fn.GetNamespace(), Name: fn.GetName()}
+	held := u.GetGeneration()
+	if u.GetRemoved() {
+		held = cp.cache.Remove(ref, u.GetGeneration())
+		if held == 0 {
+			held = u.GetGeneration()
+		}
+	} else {
+		_, a, applied := cp.cache.Store(ref, toUpdate(u.GetGeneration(), u.GetInstances(), u.GetConfig()))
+		held = a.Generation
+		cp.log.Debug("assignment update", "function", ref.String(), "generation", u.GetGeneration(),
+			"instances", len(u.GetInstances()), "applied", applied)
+	}
+	// The Ack names the generation the router routes with, which is at
+	// least the update's when the update was stale.
+	return &pb.Ack{Function: fn, Generation: held}
+}
+
+// owned returns the cached entries whose owner is addr on the current ring.
+func (cp *controlPlane) owned(addr string) []*route.Entry {
+	r := cp.ring.Load()
+	if r == nil {
+		return nil
+	}
+	es := cp.cache.Entries()
+	return slices.DeleteFunc(es, func(e *route.Entry) bool { return r.Owner(e.Key) != addr })
+}
+
+func (cp *controlPlane) subscriptions(addr string) []*pb.Subscription {
+	var subs []*pb.Subscription
+	for _, e := range cp.owned(addr) {
+		if a := e.Assignment(); a != nil {
+			subs = append(subs, &pb.Subscription{
+				Function:   &pb.FunctionRef{Namespace: e.Ref.Namespace, Name: e.Ref.Name},
+				Generation: a.Generation,
+			})
+		}
+	}
+	return subs
+}
+
+// report builds one heartbeat batch for the controller at addr: every
+// cached function it owns, gauges and cumulative counters.
+func (cp *controlPlane) report(addr string, seq uint64, now time.Time) *pb.Report {
+	rep := &pb.Report{Sequence: seq, Time: timestamppb.New(now), Interval: durationpb.New(cp.cfg.ReportInterval)}
+	for _, e := range cp.owned(addr) {
+		fr := &pb.FunctionReport{
+			Function:        &pb.FunctionRef{Namespace: e.Ref.Namespace, Name: e.Ref.Name},
+			InFlight:        clampU32(e.InFlight.Load()),
+			RequestsTotal:   e.Requests.Load(),
+			ErrorsTotal:     e.Errors.Load(),
+			ColdStartsTotal: e.Cold.Load(),
+		}
+		if a := e.Assignment(); a != nil {
+			fr.Generation = a.Generation
+			for _, in := range a.Instances {
+				fr.Instances = append(fr.Instances, &pb.InstanceReport{
+					Pod: in.Pod, PodUid: in.PodUID, InFlight: clampU32(in.InFlight.Load()), RequestsTotal: in.Requests.Load(),
+				})
+			}
+		}
+		rep.Functions = append(rep.Functions, fr)
+	}
+	return rep
+}
+
+func clampU32(v int64) uint32 {
+	if v < 0 {
+		return 0
+	}
+	return uint32(min(v, int64(^uint32(0))))
+}

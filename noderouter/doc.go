@@ -1,0 +1,50 @@
+// Package noderouter is Skipper's per-node HTTP router: it takes every call
+// to a function made on its node and proxies it to one of the function's
+// instances, asking the control plane only when it knows none.
+//
+// Request path (proxy.go): the function is named by the header
+// `x-skipper-function: <namespace>/<name>` (a bare name with
+// --default-namespace) or by `Host: <name>.<namespace>.fn`; a missing or
+// malformed name is a 400. The router looks the function up in its
+// route.Cache; a hit picks the instance with the fewest local in-flight
+// requests and forwards through one shared http.Transport (keep-alive pools
+// sized by --max-idle-conns-per-host), stripping the function header and
+// setting X-Forwarded-For/Host/Proto. A warm request makes no RPC. A miss
+// calls GetInstance on the function's owner (ring.Owner of "namespace/name"
+// over the controller members), bounded by --cold-start-timeout, with
+// concurrent misses of one function sharing one call. gRPC errors become
+// HTTP answers in one place (errors.go): NotFound 404, InvalidArgument 400,
+// ResourceExhausted / DeadlineExceeded / Unavailable 503 with Retry-After,
+// every error a JSON {"error", "reason"} body. A dial failure evicts the
+// instance and sends the request once more, to another cached instance or,
+// when none is left, to a fresh GetInstance that names the failed pod as
+// unusable; a request whose body was already read is never resent.
+//
+// Control plane (controlplane.go): the ring members are the ready endpoints
+// of the controllers' headless Service (an EndpointSlice informer,
+// members.go) or a static --controller-addresses list. The router keeps one
+// gRPC connection per controller it has talked to and one Connect stream on
+// it: a Hello with the router's identity (node, pod, random incarnation,
+// protocol version, mode) and the generations it holds, then one Report per
+// --report-interval covering every cached function that controller owns
+// (in-flight gauges, cumulative request, error and cold-start counters per
+// incarnation, per-instance in-flight and requests). Pushed
+// AssignmentUpdates replace a function's set when their generation is newer
+// or drop it when removed, and are Acked with the generation the router
+// routes with. A stream that ends is reopened with jittered exponential
+// backoff (--reconnect-min … --reconnect-max).
+//
+// Lifecycle: Run parses the configuration (Config, flags with SKIPPER_*
+// environment fallbacks), serves the data plane on --listen and /metrics,
+// /healthz, /readyz on --admin-listen. On cancellation it fails /readyz
+// and keeps serving for --drain-delay, stops accepting, lets in-flight
+// requests finish within --shutdown-timeout, then stops the streams and the
+// informer. Every goroutine belongs to run, to the control
+// plane (stream loops, GetInstance calls) or to the HTTP servers, and ends
+// before Run returns.
+//
+// Not yet (issue 4): sidecar mode, the node-local address, oneshot
+// functions (handed out per request and released), concurrency limits and
+// queueing, negative caching of unknown names, retries beyond one dial
+// failure, per-instance cgroup CPU and memory in reports.
+package noderouter

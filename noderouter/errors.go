@@ -1,0 +1,136 @@
+package noderouter
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"skipper.dev/skipper/noderouter/route"
+)
+
+// StatusClientClosed is the code label of requests whose caller went away
+// before an answer (nginx's 499); nothing is written to the caller.
+const StatusClientClosed = 499
+
+// retryAfter is the Retry-After value, in seconds, of retryable 503s.
+const retryAfter = "1"
+
+// Reasons in JSON error bodies: stable, machine-readable.
+const (
+	reasonMissingFunction    = "missing_function"
+	reasonMalformedFunction  = "malformed_function"
+	reasonUnknownFunction    = "unknown_function"
+	reasonNoCapacity         = "no_capacity"
+	reasonColdStartTimeout   = "cold_start_timeout"
+	reasonNoController       = "controller_unavailable"
+	reasonControllerError    = "controller_error"
+	reasonNoInstances        = "no_instances"
+	reasonUpstreamError      = "upstream_error"
+	reasonUpstreamTimeout    = "upstream_timeout"
+	reasonClientClosed       = "client_closed"
+	reasonOneshotUnsupported = "oneshot_unsupported"
+)
+
+// answer is an error response the router writes itself.
+type answer struct {
+	status     int
+	reason     string
+	msg        string
+	retryAfter bool
+	// known: the function exists (label metrics with it).
+	known bool
+}
+
+// parseAnswer maps a name-parsing error to its answer.
+func parseAnswer(err error) answer {
+	if errors.Is(err, route.ErrNoFunction) {
+		return answer{status: http.StatusBadRequest, reason: reasonMissingFunction,
+			msg: "name the function with header x-skipper-function: <namespace>/<name> or Host: <name>.<namespace>.fn"}
+	}
+	return answer{status: http.StatusBadRequest, reason: reasonMalformedFunction, msg: err.Error()}
+}
+
+// controllerAnswer maps an error of a GetInstance call to its answer and
+// the get_instance_total result. This is the one place gRPC codes become
+// HTTP statuses.
+func controllerAnswer(err error) (answer, string) {
+	if errors.Is(err, context.Canceled) {
+		return answer{status: StatusClientClosed, reason: reasonClientClosed, msg: "caller went away"}, resultError
+	}
+	st, _ := status.FromError(err)
+	msg := st.Message()
+	switch st.Code() {
+	case codes.NotFound:
+		return answer{status: http.StatusNotFound, reason: reasonUnknownFunction, msg: msg}, resultNotFound
+	case codes.InvalidArgument:
+		return answer{status: http.StatusBadRequest, reason: reasonMalformedFunction, msg: msg}, resultInvalidArgument
+	case codes.ResourceExhausted:
+		return answer{status: http.StatusServiceUnavailable, reason: reasonNoCapacity, msg: msg, retryAfter: true, known: true}, resultResourceExhausted
+	case codes.DeadlineExceeded:
+		return answer{status: http.StatusServiceUnavailable, reason: reasonColdStartTimeout,
+			msg: "no instance became ready within the cold-start timeout: " + msg, retryAfter: true, known: true}, resultDeadlineExceeded
+	case codes.Unavailable:
+		return answer{status: http.StatusServiceUnavailable, reason: reasonNoController, msg: msg, retryAfter: true}, resultUnavailable
+	case codes.Canceled:
+		// Not the caller (that is context.Canceled above): the connection
+		// to the controller closed under the call (ring change, shutdown).
+		return answer{status: http.StatusServiceUnavailable, reason: reasonNoController, msg: msg, retryAfter: true}, resultUnavailable
+	default:
+		return answer{status: http.StatusServiceUnavailable, reason: reasonControllerError,
+			msg: fmt.Sprintf("%s: %s", st.Code(), msg), retryAfter: true}, resultError
+	}
+}
+
+// upstreamAnswer maps a proxy error (after any retry) to its answer.
+func upstreamAnswer(err error) answer {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return answer{status: StatusClientClosed, reason: reasonClientClosed, msg: "caller went away", known: true}
+	case errors.Is(err, context.DeadlineExceeded):
+		return answer{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, msg: "the instance did not answer within the request timeout", known: true}
+	case isDialError(err):
+		return answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances, msg: err.Error(), retryAfter: true, known: true}
+	default:
+		return answer{status: http.StatusBadGateway, reason: reasonUpstreamError, msg: err.Error(), known: true}
+	}
+}
+
+// isDialError reports whether err is a failure to connect: the request
+// never reached the instance, so sending it elsewhere is safe.
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+type errorBody struct {
+	Error    string `json:"error"`
+	Reason   string `json:"reason"`
+	Function string `json:"function,omitempty"`
+}
+
+// write sends a as JSON. A 499 writes nothing: nobody is listening.
+func (a answer) write(w http.ResponseWriter, function string) {
+	if a.status == StatusClientClosed {
+		return
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // messages quote <namespace>/<name>
+	_ = enc.Encode(errorBody{Error: a.msg, Reason: a.reason, Function: function})
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	if a.retryAfter {
+		h.Set("Retry-After", retryAfter)
+	}
+	w.WriteHeader(a.status)
+	_, _ = w.Write(b.Bytes())
+}

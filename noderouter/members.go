@@ -1,0 +1,126 @@
+package noderouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// membersFromSlices returns the ring members in eps: "ip:port" of every
+// ready endpoint, on the port named portName (the first port when none has
+// that name), sorted and without duplicates.
+func membersFromSlices(eps []*discoveryv1.EndpointSlice, portName string) []string {
+	var out []string
+	for _, s := range eps {
+		port, ok := slicePort(s, portName)
+		if !ok {
+			continue
+		}
+		for _, ep := range s.Endpoints {
+			// Ready unset means ready (EndpointConditions' documented default).
+			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
+				continue
+			}
+			for _, ip := range ep.Addresses {
+				out = append(out, net.JoinHostPort(ip, strconv.Itoa(int(port))))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func slicePort(s *discoveryv1.EndpointSlice, name string) (int32, bool) {
+	var first *discoveryv1.EndpointPort
+	for i := range s.Ports {
+		p := &s.Ports[i]
+		if p.Port == nil {
+			continue
+		}
+		if p.Name != nil && *p.Name == name {
+			return *p.Port, true
+		}
+		if first == nil {
+			first = p
+		}
+	}
+	if first == nil {
+		return 0, false
+	}
+	return *first.Port, true
+}
+
+// kubeClient builds a clientset from kubeconfig, or in-cluster config when
+// it is empty.
+func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client config: %w", err)
+	}
+	cfg.UserAgent = "skipper-noderouter"
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	return cs, nil
+}
+
+// watchMembers runs an EndpointSlice informer on the controllers' Service
+// until ctx ends, calling set with the member list after every change and
+// synced once the first list has been applied.
+func watchMembers(ctx context.Context, cs kubernetes.Interface, namespace, service, portName string, log *slog.Logger, set func([]string), synced func()) error {
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0,
+		informers.WithNamespace(namespace),
+		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+			o.LabelSelector = labels.Set{discoveryv1.LabelServiceName: service}.String()
+		}))
+	inf := f.Discovery().V1().EndpointSlices()
+	lister := inf.Lister()
+	update := func() {
+		list, err := lister.EndpointSlices(namespace).List(labels.Everything())
+		if err != nil {
+			log.Warn("list controller endpoint slices", "err", err)
+			return
+		}
+		set(membersFromSlices(list, portName))
+	}
+	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { update() },
+		UpdateFunc: func(any, any) { update() },
+		DeleteFunc: func(any) { update() },
+	}); err != nil {
+		return fmt.Errorf("endpoint slice handler: %w", err)
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.Informer().HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("endpoint slice informer never synced")
+	}
+	update()
+	synced()
+	log.Info("watching controller endpoints", "namespace", namespace, "service", service)
+	<-ctx.Done()
+	return nil
+}

@@ -1,0 +1,291 @@
+package noderouter
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"skipper.dev/skipper/noderouter/route"
+)
+
+// HeaderFunction names the function a request is for. It is removed before
+// the request is forwarded.
+const HeaderFunction = "X-Skipper-Function"
+
+// resolver fills the cache on a miss: it asks the function's owner for the
+// instance set (GetInstance), stores it and returns the entry and the
+// assignment now held. known is the generation the router holds (0: none);
+// unusable are pod UIDs that just failed to dial.
+type resolver interface {
+	resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string) (*route.Entry, *route.Assignment, error)
+}
+
+// proxy is the data-plane handler: name → cache → instance → forward.
+type proxy struct {
+	log              *slog.Logger
+	m                *metrics
+	cache            *route.Cache
+	resolver         resolver
+	defaultNamespace string
+	requestTimeout   time.Duration
+
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+}
+
+func newTransport(cfg Config) *http.Transport {
+	return &http.Transport{
+		Proxy: nil, // instances are on the pod network; never an HTTP proxy
+		DialContext: (&net.Dialer{
+			Timeout:   cfg.DialTimeout,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		// The default of 2 idle connections per host makes a busy function
+		// open a new connection for most requests.
+		MaxIdleConns:          0, // no global cap: the per-host cap bounds it
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
+		IdleConnTimeout:       cfg.IdleConnTimeout,
+		ExpectContinueTimeout: time.Second,
+		// A proxy passes Accept-Encoding through; it must not add gzip and
+		// decompress transparently.
+		DisableCompression: true,
+	}
+}
+
+func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, res resolver) *proxy {
+	p := &proxy{
+		log:              log,
+		m:                m,
+		cache:            cache,
+		resolver:         res,
+		defaultNamespace: cfg.DefaultNamespace,
+		requestTimeout:   cfg.RequestTimeout,
+		transport:        newTransport(cfg),
+	}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      p.transport,
+		BufferPool:     bufferPool{},
+		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandler:   recordError,
+		ModifyResponse: recordStatus,
+	}
+	return p
+}
+
+// attempt is one forwarding of a request, reached from the ReverseProxy
+// hooks through the outgoing request's context.
+type attempt struct {
+	instance *route.Instance
+	status   int
+	err      error
+}
+
+type attemptKey struct{}
+
+func attemptOf(r *http.Request) *attempt { return r.Context().Value(attemptKey{}).(*attempt) }
+
+func rewrite(pr *httputil.ProxyRequest) {
+	a := attemptOf(pr.Out)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = a.instance.Address
+	pr.Out.Host = pr.In.Host // the instance sees the Host the caller used
+	pr.Out.Header.Del(HeaderFunction)
+	// Rewrite strips inbound X-Forwarded-*; keep the chain from callers such
+	// as an ingress, then append this hop.
+	if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = xff
+	}
+	pr.SetXForwarded()
+}
+
+// recordError keeps a transport error for ServeHTTP to handle (retry or
+// answer) instead of answering 502 at once.
+func recordError(_ http.ResponseWriter, r *http.Request, err error) { attemptOf(r).err = err }
+
+func recordStatus(res *http.Response) error {
+	attemptOf(res.Request).status = res.StatusCode
+	return nil
+}
+
+// parse finds the function a request names: the header first, then Host.
+func (p *proxy) parse(r *http.Request) (route.Ref, error) {
+	if v := r.Header.Get(HeaderFunction); v != "" {
+		return route.ParseHeader(v, p.defaultNamespace)
+	}
+	ref, ok, err := route.ParseHost(r.Host)
+	if !ok {
+		return route.Ref{}, route.ErrNoFunction
+	}
+	return ref, err
+}
+
+func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	var waited time.Duration // GetInstance time, not the router's own work
+
+	ref, err := p.parse(r)
+	if err != nil {
+		p.finish(w, nil, parseAnswer(err), ref)
+		return
+	}
+
+	e, a := p.cache.Lookup(ref)
+	if a == nil || len(a.Instances) == 0 {
+		p.m.cacheMiss.Inc()
+		var known uint64
+		if a != nil {
+			known = a.Generation
+		}
+		t := time.Now()
+		e, a, err = p.resolver.resolve(r.Context(), ref, known, nil)
+		waited += time.Since(t)
+		if err != nil {
+			ans, _ := controllerAnswer(err)
+			p.finish(w, nil, ans, ref)
+			return
+		}
+	} else {
+		p.m.cacheHit.Inc()
+	}
+
+	if a.Config.Oneshot {
+		// A oneshot instance serves one request and is released after it;
+		// routing to the cached set would break that contract.
+		p.finish(w, e, answer{status: http.StatusNotImplemented, reason: reasonOneshotUnsupported,
+			msg: "oneshot functions are not supported by this router version", known: true}, ref)
+		return
+	}
+
+	at := &attempt{}
+	ctx := context.WithValue(r.Context(), attemptKey{}, at)
+	timeout := p.requestTimeout
+	if a.Config.Timeout > 0 {
+		timeout = a.Config.Timeout
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	out := r.WithContext(ctx)
+	var body *trackedBody
+	if r.Body != nil && r.Body != http.NoBody {
+		body = &trackedBody{rc: r.Body}
+		out.Body = body
+	}
+
+	var upstream time.Duration
+	for try := 0; ; try++ {
+		in := a.Pick(e.NextPick())
+		if in == nil {
+			p.finish(w, e, answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances,
+				msg: "the function has no usable instance", retryAfter: true, known: true}, ref)
+			return
+		}
+		*at = attempt{instance: in}
+		upstream += p.forward(w, out, e, in)
+		if at.err == nil {
+			break
+		}
+		if try > 0 || !isDialError(at.err) || body.started() {
+			p.finish(w, e, upstreamAnswer(at.err), ref)
+			return
+		}
+		// The instance is gone (or never was): evict it and send the request
+		// elsewhere, asking the owner only when the cached set runs dry.
+		p.log.Info("instance unreachable; evicted", "function", e.Key, "pod", in.Pod, "address", in.Address, "err", at.err)
+		p.cache.Evict(ref, in.PodUID)
+		p.m.evictions.Inc()
+		p.m.retries.Inc()
+		if _, next := p.cache.Lookup(ref); next != nil && len(next.Instances) > 0 {
+			a = next
+			continue
+		}
+		t := time.Now()
+		e, a, err = p.resolver.resolve(r.Context(), ref, a.Generation, []string{in.PodUID})
+		waited += time.Since(t)
+		if err != nil {
+			ans, _ := controllerAnswer(err)
+			p.finish(w, e, ans, ref)
+			return
+		}
+	}
+
+	e.Requests.Add(1)
+	p.m.requests.WithLabelValues(e.Key, codeLabel(at.status)).Inc()
+	p.m.upstream.Observe(upstream.Seconds())
+	p.m.overhead.Observe((time.Since(start) - upstream - waited).Seconds())
+}
+
+// forward sends out to in once and returns the time it took. In-flight
+// counts are released even when the copy aborts the handler.
+func (p *proxy) forward(w http.ResponseWriter, out *http.Request, e *route.Entry, in *route.Instance) time.Duration {
+	e.InFlight.Add(1)
+	in.InFlight.Add(1)
+	in.Requests.Add(1)
+	defer func() {
+		in.InFlight.Add(-1)
+		e.InFlight.Add(-1)
+	}()
+	t := time.Now()
+	p.rp.ServeHTTP(w, out)
+	return time.Since(t)
+}
+
+// finish answers a request the router could not forward and counts it.
+func (p *proxy) finish(w http.ResponseWriter, e *route.Entry, ans answer, ref route.Ref) {
+	label := ""
+	if e != nil {
+		e.Requests.Add(1)
+		e.Errors.Add(1)
+		label = e.Key
+	} else if ans.known {
+		label = ref.String()
+	}
+	p.m.requests.WithLabelValues(label, codeLabel(ans.status)).Inc()
+	fn := ""
+	if ref.Name != "" {
+		fn = ref.String()
+	}
+	ans.write(w, fn)
+}
+
+// trackedBody lets a request be sent again after a dial failure: it records
+// whether the transport read anything, and its Close (which the transport
+// calls even when the dial fails) closes the caller's body only once
+// something was read. The server closes the caller's body after the handler
+// in every case.
+type trackedBody struct {
+	rc   io.ReadCloser
+	read atomic.Bool // set by the transport's writer goroutine
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.rc.Read(p)
+}
+
+func (b *trackedBody) Close() error {
+	if b.read.Load() {
+		return b.rc.Close()
+	}
+	return nil
+}
+
+// started reports whether any of the body was sent; nil means no body.
+func (b *trackedBody) started() bool { return b != nil && b.read.Load() }
+
+// bufferPool reuses the 32 KiB copy buffers of the ReverseProxy.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }

@@ -1,0 +1,25 @@
+// Package route is the router's pure decision core: which function a
+// request names, what the router knows about that function's instances, and
+// which instance takes the request. It does no I/O and reads no clock.
+//
+// Names: ParseHeader and ParseHost turn the `x-skipper-function` header
+// (`<namespace>/<name>`, or a bare `<name>` given a default namespace) and a
+// `Host: <name>.<namespace>.fn` into a Ref whose parts are DNS labels
+// (RFC 1123, at most 63 characters). Both are allocation-free: a Ref's strings
+// are substrings of the input.
+//
+// Cache: one Entry per function the router has resolved, kept for the life of
+// the process so that its cumulative counters (requests, errors) never go
+// backwards within a router incarnation. An Entry holds an immutable
+// *Assignment (generation, instance set, config) swapped atomically; nil means
+// the router knows no usable set and must ask the function's owner. Lookups
+// are one atomic load of a copy-on-write map plus one atomic load of the
+// entry's assignment, so the warm path takes no lock and allocates nothing;
+// writers (cold misses, pushed updates, evictions) serialise on a mutex.
+//
+// Generations: an Assignment replaces the held one only when its generation
+// is newer, or when it is the same generation and the held set is empty (a
+// refill after evictions, minus the instances evicted from that generation).
+// Instances that survive a replacement keep their *Instance, so per-instance
+// in-flight counts stay exact across generations.
+package route

@@ -1,0 +1,629 @@
+package noderouter
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	pb "skipper.dev/skipper/proto/skipperv1"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type harness struct {
+	fake   *fakeController
+	rt     *router
+	url    string
+	admin  string
+	client *http.Client
+}
+
+// startRouter runs a router against fake (static members) on loopback until
+// the test ends.
+func startRouter(t *testing.T, fake *fakeController, mutate func(*Config)) *harness {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeName = "node1"
+	cfg.PodName, cfg.PodNamespace = "router-x", "skipper-system"
+	cfg.ControllerAddresses = []string{fake.addr}
+	cfg.ReportInterval = 20 * time.Millisecond
+	cfg.ReconnectMin, cfg.ReconnectMax = 10*time.Millisecond, 50*time.Millisecond
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.DrainDelay = 0
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	data := listen(t)
+	admin := listen(t)
+	rt := newRouter(cfg, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.run(ctx, data, admin, nil) }()
+	tr := &http.Transport{}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("router run: %v", err)
+		}
+		tr.CloseIdleConnections()
+	})
+	return &harness{fake: fake, rt: rt, url: "http://" + data.Addr().String(), admin: "http://" + admin.Addr().String(), client: &http.Client{Transport: tr}}
+}
+
+func listen(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// startEcho runs the real skipper-echo handler as pod uid and returns its
+// address.
+func startEcho(t *testing.T, uid string) string {
+	t.Helper()
+	cfg := echo.DefaultConfig()
+	cfg.PodUID, cfg.PodName = uid, "pod-"+uid
+	ts := httptest.NewServer(echo.NewServer(cfg, slog.New(slog.DiscardHandler)))
+	t.Cleanup(ts.Close)
+	return ts.Listener.Addr().String()
+}
+
+// deadAddress is an address nothing listens on.
+func deadAddress(t *testing.T) string {
+	t.Helper()
+	ln := listen(t)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func inst(uid, addr string) *pb.Instance {
+	return &pb.Instance{Pod: "pod-" + uid, PodUid: uid, Address: addr, Node: "node1"}
+}
+
+// fixed answers GetInstance with one instance set.
+func fixed(gen uint64, ins ...*pb.Instance) func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+	return func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return &pb.GetInstanceResponse{Function: req.GetFunction(), Generation: gen, Instances: ins, Owner: "fake"}, nil
+	}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (h *harness) do(t *testing.T, method, path string, hdr map[string]string, body string) reply {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(t.Context(), method, h.url+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	resp, err := h.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+func (h *harness) call(t *testing.T, fn string) reply {
+	t.Helper()
+	return h.do(t, "GET", "/hello", map[string]string{"X-Skipper-Function": fn}, "")
+}
+
+func decodeEcho(t *testing.T, r reply) echo.Response {
+	t.Helper()
+	var e echo.Response
+	if err := json.Unmarshal(r.body, &e); err != nil {
+		t.Fatalf("status %d, body %q: %v", r.status, r.body, err)
+	}
+	return e
+}
+
+func TestColdThenWarm(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	h := startRouter(t, fake, nil)
+
+	r := h.do(t, "POST", "/hello?x=1", map[string]string{"X-Skipper-Function": "default/echo", "X-Forwarded-For": "203.0.113.9"}, "ping")
+	if r.status != 200 {
+		t.Fatalf("cold call: %d %s", r.status, r.body)
+	}
+	got := decodeEcho(t, r)
+	if got.Pod.UID != "uid-1" || got.Path != "/hello" || got.Body != "ping" || got.Method != "POST" {
+		t.Errorf("echo = %+v", got)
+	}
+	if _, ok := got.Headers["X-Skipper-Function"]; ok {
+		t.Errorf("x-skipper-function reached the instance: %v", got.Headers)
+	}
+	if xff := got.Headers["X-Forwarded-For"]; len(xff) != 1 || xff[0] != "203.0.113.9, 127.0.0.1" {
+		t.Errorf("X-Forwarded-For = %q, want the caller's chain plus this hop", xff)
+	}
+	if got.Headers["X-Forwarded-Proto"][0] != "http" || got.Host != strings.TrimPrefix(h.url, "http://") {
+		t.Errorf("X-Forwarded-Proto %v, Host %q", got.Headers["X-Forwarded-Proto"], got.Host)
+	}
+
+	for range 3 {
+		if r := h.call(t, "default/echo"); r.status != 200 {
+			t.Fatalf("warm call: %d %s", r.status, r.body)
+		}
+	}
+	calls := fake.getCalls()
+	if len(calls) != 1 {
+		t.Fatalf("GetInstance calls = %d, want 1 (warm requests must not ask)", len(calls))
+	}
+	wantReq := &pb.GetInstanceRequest{
+		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"},
+		Router:   h.rt.cp.id,
+	}
+	if diff := cmp.Diff(wantReq.String(), calls[0].String()); diff != "" {
+		t.Errorf("GetInstance request (-want +got):\n%s", diff)
+	}
+	m := h.rt.m
+	for name, c := range map[string]struct{ got, want float64 }{
+		"get_instance ok":   {counter(m.getInstance.WithLabelValues(resultOK)), 1},
+		"cache hit":         {counter(m.cacheHit), 3},
+		"cache miss":        {counter(m.cacheMiss), 1},
+		"requests 200":      {counter(m.requests.WithLabelValues("default/echo", "200")), 4},
+		"get_instance 404s": {counter(m.getInstance.WithLabelValues(resultNotFound)), 0},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", name, c.got, c.want)
+		}
+	}
+}
+
+func TestHostAddressing(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("team-a/hello", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	h := startRouter(t, fake, func(c *Config) { c.DefaultNamespace = "team-a" })
+
+	r := h.do(t, "GET", "/", map[string]string{"Host": "hello.team-a.fn:8380"}, "")
+	if got := decodeEcho(t, r); r.status != 200 || got.Host != "hello.team-a.fn:8380" {
+		t.Fatalf("by host: %d, host %q", r.status, got.Host)
+	}
+	if r := h.call(t, "hello"); r.status != 200 {
+		t.Fatalf("bare name with default namespace: %d %s", r.status, r.body)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/full", func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return nil, status.Error(codes.ResourceExhausted, "pool echo is empty")
+	})
+	fake.handle("default/bad", func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return nil, status.Error(codes.InvalidArgument, "bad name")
+	})
+	fake.handle("default/nobody", func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return nil, status.Error(codes.Unavailable, "owner is gone")
+	})
+	fake.handle("default/slow", func(ctx context.Context, _ *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	})
+	fake.handle("default/empty", fixed(3))
+	fake.handle("default/once", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("u", "127.0.0.1:1")},
+			Config: &pb.FunctionConfig{Oneshot: true}}, nil
+	})
+	h := startRouter(t, fake, func(c *Config) { c.ColdStartTimeout = 100 * time.Millisecond })
+
+	tests := []struct {
+		name       string
+		hdr        map[string]string
+		wantStatus int
+		wantReason string
+		retryAfter bool
+	}{
+		{"missing", nil, 400, reasonMissingFunction, false},
+		{"host not a function", map[string]string{"Host": "example.com"}, 400, reasonMissingFunction, false},
+		{"malformed header", map[string]string{"X-Skipper-Function": "Default/Echo"}, 400, reasonMalformedFunction, false},
+		{"bare name without default namespace", map[string]string{"X-Skipper-Function": "echo"}, 400, reasonMalformedFunction, false},
+		{"malformed host", map[string]string{"Host": "a.b.c.fn"}, 400, reasonMalformedFunction, false},
+		{"unknown", map[string]string{"X-Skipper-Function": "default/nope"}, 404, reasonUnknownFunction, false},
+		{"invalid argument", map[string]string{"X-Skipper-Function": "default/bad"}, 400, reasonMalformedFunction, false},
+		{"resource exhausted", map[string]string{"X-Skipper-Function": "default/full"}, 503, reasonNoCapacity, true},
+		{"unavailable", map[string]string{"X-Skipper-Function": "default/nobody"}, 503, reasonNoController, true},
+		{"cold start timeout", map[string]string{"X-Skipper-Function": "default/slow"}, 503, reasonColdStartTimeout, true},
+		{"no instances", map[string]string{"X-Skipper-Function": "default/empty"}, 503, reasonNoInstances, true},
+		{"oneshot", map[string]string{"X-Skipper-Function": "default/once"}, 501, reasonOneshotUnsupported, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := h.do(t, "GET", "/", tt.hdr, "")
+			if r.status != tt.wantStatus {
+				t.Fatalf("status = %d, want %d (%s)", r.status, tt.wantStatus, r.body)
+			}
+			var body errorBody
+			if err := json.Unmarshal(r.body, &body); err != nil {
+				t.Fatalf("body %q: %v", r.body, err)
+			}
+			if body.Reason != tt.wantReason || body.Error == "" {
+				t.Errorf("body = %+v, want reason %q and a message", body, tt.wantReason)
+			}
+			if got := r.header.Get("Retry-After") != ""; got != tt.retryAfter {
+				t.Errorf("Retry-After present = %v, want %v", got, tt.retryAfter)
+			}
+			if ct := r.header.Get("Content-Type"); ct != "application/json" {
+				t.Errorf("Content-Type = %q", ct)
+			}
+		})
+	}
+	m := h.rt.m
+	if got := counter(m.getInstance.WithLabelValues(resultResourceExhausted)); got != 1 {
+		t.Errorf("get_instance_total{resource_exhausted} = %v, want 1", got)
+	}
+	if got := counter(m.requests.WithLabelValues("", "404")); got != 1 {
+		t.Errorf("requests_total{function=\"\",code=404} = %v, want 1 (unknown names are not labelled)", got)
+	}
+	if got := counter(m.requests.WithLabelValues("default/full", "503")); got != 1 {
+		t.Errorf("requests_total{default/full,503} = %v, want 1", got)
+	}
+}
+
+func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
+	fake := startFakeController(t)
+	good := startEcho(t, "uid-good")
+	var n int
+	var mu sync.Mutex
+	fake.handle("default/flaky", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		if n == 1 {
+			return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-dead", deadAddress(t))}}, nil
+		}
+		return &pb.GetInstanceResponse{Generation: 2, Instances: []*pb.Instance{inst("uid-good", good)}}, nil
+	})
+	h := startRouter(t, fake, nil)
+
+	r := h.do(t, "PUT", "/", map[string]string{"X-Skipper-Function": "default/flaky"}, "body survives a retry")
+	if r.status != 200 {
+		t.Fatalf("status %d %s", r.status, r.body)
+	}
+	if got := decodeEcho(t, r); got.Pod.UID != "uid-good" || got.Body != "body survives a retry" {
+		t.Errorf("answered by %s with body %q", got.Pod.UID, got.Body)
+	}
+	calls := fake.getCalls()
+	if len(calls) != 2 {
+		t.Fatalf("GetInstance calls = %d, want 2", len(calls))
+	}
+	if diff := cmp.Diff([]string{"uid-dead"}, calls[1].GetUnusablePodUids()); diff != "" {
+		t.Errorf("unusable pods (-want +got):\n%s", diff)
+	}
+	if calls[1].GetKnownGeneration() != 1 {
+		t.Errorf("known generation = %d, want 1", calls[1].GetKnownGeneration())
+	}
+	if got := counter(h.rt.m.retries); got != 1 {
+		t.Errorf("retries_total = %v, want 1", got)
+	}
+	if r := h.call(t, "default/flaky"); r.status != 200 || len(fake.getCalls()) != 2 {
+		t.Errorf("warm call after the retry: %d, %d GetInstance calls", r.status, len(fake.getCalls()))
+	}
+}
+
+func TestDialFailureRetriesCachedInstance(t *testing.T) {
+	fake := startFakeController(t)
+	// The first pick starts at index 1: put the dead instance there.
+	fake.handle("default/echo", fixed(1, inst("uid-good", startEcho(t, "uid-good")), inst("uid-dead", deadAddress(t))))
+	h := startRouter(t, fake, nil)
+	for range 3 {
+		r := h.call(t, "default/echo")
+		if got := decodeEcho(t, r); r.status != 200 || got.Pod.UID != "uid-good" {
+			t.Fatalf("status %d from %q", r.status, got.Pod.UID)
+		}
+	}
+	if got := len(fake.getCalls()); got != 1 {
+		t.Errorf("GetInstance calls = %d, want 1 (another cached instance was there)", got)
+	}
+	if got := counter(h.rt.m.retries); got != 1 {
+		t.Errorf("retries_total = %v, want 1", got)
+	}
+}
+
+func TestConcurrentMissesShareOneCall(t *testing.T) {
+	fake := startFakeController(t)
+	addr := startEcho(t, "uid-1")
+	release := make(chan struct{})
+	fake.handle("default/echo", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		<-release
+		return fixed(1, inst("uid-1", addr))(context.Background(), req)
+	})
+	h := startRouter(t, fake, nil)
+	const n = 8
+	var wg sync.WaitGroup
+	codes := make(chan int, n)
+	for range n {
+		wg.Go(func() { codes <- h.call(t, "default/echo").status })
+	}
+	fake.waitFor(t, "the first GetInstance", func(f *fakeController) bool { return len(f.calls) > 0 })
+	time.Sleep(50 * time.Millisecond) // let the others join the call
+	close(release)
+	wg.Wait()
+	close(codes)
+	for c := range codes {
+		if c != 200 {
+			t.Errorf("status %d", c)
+		}
+	}
+	if got := len(fake.getCalls()); got != 1 {
+		t.Errorf("GetInstance calls = %d, want 1", got)
+	}
+}
+
+func TestStream(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	h := startRouter(t, fake, nil)
+	if r := h.call(t, "default/echo"); r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+
+	fake.waitFor(t, "hello and a report counting the request", func(f *fakeController) bool {
+		if len(f.hellos) == 0 || len(f.reports) == 0 {
+			return false
+		}
+		fns := f.reports[len(f.reports)-1].GetFunctions()
+		return len(fns) == 1 && fns[0].GetRequestsTotal() == 1
+	})
+	fake.mu.Lock()
+	hello := fake.hellos[0]
+	rep := fake.reports[len(fake.reports)-1]
+	streamed := fake.streamed[0]
+	fake.mu.Unlock()
+	if !streamed {
+		t.Error("the first GetInstance reached the controller before the router's stream: it cannot subscribe it")
+	}
+	id := hello.GetRouter()
+	if id.GetNode() != "node1" || id.GetPod() != "skipper-system/router-x" || id.GetIncarnation() == "" ||
+		id.GetProtocolVersion() != pb.ProtocolVersion_PROTOCOL_VERSION_1 || id.GetMode() != ModeDaemonSet {
+		t.Errorf("hello identity = %v", id)
+	}
+	fr := rep.GetFunctions()[0]
+	if fr.GetGeneration() != 1 || fr.GetColdStartsTotal() != 1 || len(fr.GetInstances()) != 1 || fr.GetInstances()[0].GetRequestsTotal() != 1 {
+		t.Errorf("function report = %v", fr)
+	}
+	if rep.GetInterval().AsDuration() != 20*time.Millisecond {
+		t.Errorf("report interval = %v", rep.GetInterval())
+	}
+
+	// A newer generation moves traffic to another instance and is acked.
+	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
+		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 2,
+		Instances: []*pb.Instance{inst("uid-2", startEcho(t, "uid-2"))},
+	}}}
+	fake.waitFor(t, "ack of generation 2", func(f *fakeController) bool {
+		return len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2
+	})
+	if got := decodeEcho(t, h.call(t, "default/echo")); got.Pod.UID != "uid-2" {
+		t.Errorf("after update answered by %q, want uid-2", got.Pod.UID)
+	}
+	// A stale generation is ignored but acked with the one held.
+	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
+		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 1,
+		Instances: []*pb.Instance{inst("uid-1", "127.0.0.1:1")},
+	}}}
+	fake.waitFor(t, "second ack", func(f *fakeController) bool { return len(f.acks) == 2 })
+	fake.mu.Lock()
+	if g := fake.acks[1].GetGeneration(); g != 2 {
+		t.Errorf("stale update acked with generation %d, want 2", g)
+	}
+	fake.mu.Unlock()
+
+	// Removal drops the set: the next request asks again.
+	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
+		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 3, Removed: true,
+	}}}
+	fake.waitFor(t, "ack of the removal", func(f *fakeController) bool { return len(f.acks) == 3 })
+	if r := h.call(t, "default/echo"); r.status != 200 {
+		t.Fatalf("after removal: %d", r.status)
+	}
+	if got := len(fake.getCalls()); got != 2 {
+		t.Errorf("GetInstance calls = %d, want 2", got)
+	}
+}
+
+func TestStreamReconnects(t *testing.T) {
+	fake := startFakeController(t)
+	fake.failConnects = 2
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	h := startRouter(t, fake, nil)
+	if r := h.call(t, "default/echo"); r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	fake.waitFor(t, "a hello after two failed connects", func(f *fakeController) bool { return len(f.hellos) == 1 })
+	if got := counter(h.rt.m.reconnects); got < 2 {
+		t.Errorf("stream_reconnects_total = %v, want ≥ 2", got)
+	}
+
+	// The next stream re-subscribes to what the router holds.
+	fake.kick <- struct{}{}
+	fake.waitFor(t, "a second hello", func(f *fakeController) bool { return len(f.hellos) == 2 })
+	fake.mu.Lock()
+	subs := fake.hellos[1].GetSubscriptions()
+	fake.mu.Unlock()
+	if len(subs) != 1 || subs[0].GetFunction().GetName() != "echo" || subs[0].GetGeneration() != 1 {
+		t.Errorf("hello subscriptions = %v", subs)
+	}
+	if r := h.call(t, "default/echo"); r.status != 200 || len(fake.getCalls()) != 1 {
+		t.Errorf("warm call across a reconnect: %d, %d GetInstance calls", r.status, len(fake.getCalls()))
+	}
+}
+
+func TestAdmin(t *testing.T) {
+	fake := startFakeController(t)
+	h := startRouter(t, fake, nil)
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := h.client.Get(h.admin + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Errorf("%s = %d", path, resp.StatusCode)
+		}
+		if path != "/metrics" {
+			continue
+		}
+		for _, want := range []string{
+			`skipper_noderouter_get_instance_total{node="node1",result="ok"} 0`,
+			`skipper_noderouter_get_instance_total{node="node1",result="resource_exhausted"} 0`,
+			`skipper_noderouter_cache_lookups_total{node="node1",result="hit"} 0`,
+			`skipper_noderouter_cache_lookups_total{node="node1",result="miss"} 0`,
+			`skipper_noderouter_stream_reconnects_total{node="node1"} 0`,
+			`skipper_noderouter_retries_total{node="node1"} 0`,
+		} {
+			if !strings.Contains(string(b), want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+	}
+}
+
+// TestDrain checks that cancelling run lets an in-flight request finish.
+func TestDrain(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.PodName = "node1", "router-x"
+	cfg.ControllerAddresses = []string{fake.addr}
+	cfg.DrainDelay = 100 * time.Millisecond
+	data, admin := listen(t), listen(t)
+	rt := newRouter(cfg, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- rt.run(ctx, data, admin, nil) }()
+
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	got := make(chan int, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", "http://"+data.Addr().String()+"/?sleep=300ms", nil)
+		req.Header.Set(HeaderFunction, "default/echo")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			got <- -1
+			return
+		}
+		resp.Body.Close()
+		got <- resp.StatusCode
+	}()
+	fake.waitFor(t, "the cold call", func(f *fakeController) bool { return len(f.calls) == 1 })
+	time.Sleep(50 * time.Millisecond)
+	cancel()
+	// During the drain delay the router fails readiness but still serves.
+	for i := 0; ; i++ {
+		req, _ := http.NewRequest("GET", "http://"+admin.Addr().String()+"/readyz", nil)
+		resp, err := tr.RoundTrip(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusServiceUnavailable {
+				break
+			}
+		}
+		if i == 50 {
+			t.Fatal("/readyz never failed after cancel")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if s := <-got; s != 200 {
+		t.Errorf("in-flight request during drain: %d, want 200", s)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+}
+
+// counter reads a counter's value.
+func counter(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func TestUpstreamFailures(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	fake.handle("default/quick", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-1", startEcho(t, "uid-q"))},
+			Config: &pb.FunctionConfig{Timeout: durationpb.New(50 * time.Millisecond)}}, nil
+	})
+	h := startRouter(t, fake, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
+	tests := []struct {
+		name, fn, path string
+		wantStatus     int
+		wantReason     string
+	}{
+		{"instance drops the connection: not retried", "default/echo", "/?fail=1", 502, reasonUpstreamError},
+		{"router request timeout", "default/echo", "/?sleep=2s", 504, reasonUpstreamTimeout},
+		{"function timeout wins", "default/quick", "/?sleep=200ms", 504, reasonUpstreamTimeout},
+		{"instance status passes through", "default/echo", "/?status=503", 503, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := h.do(t, "GET", tt.path, map[string]string{"X-Skipper-Function": tt.fn}, "")
+			if r.status != tt.wantStatus {
+				t.Fatalf("status = %d, want %d (%s)", r.status, tt.wantStatus, r.body)
+			}
+			if tt.wantReason == "" {
+				if got := decodeEcho(t, r); got.Pod.UID != "uid-1" {
+					t.Errorf("answered by %q", got.Pod.UID)
+				}
+				return
+			}
+			var body errorBody
+			if err := json.Unmarshal(r.body, &body); err != nil || body.Reason != tt.wantReason {
+				t.Errorf("body %q (%v), want reason %s", r.body, err, tt.wantReason)
+			}
+		})
+	}
+	if got := counter(h.rt.m.retries); got != 0 {
+		t.Errorf("retries_total = %v, want 0 (only dial failures are retried)", got)
+	}
+	if got := counter(h.rt.m.requests.WithLabelValues("default/echo", "503")); got != 1 {
+		t.Errorf("requests_total{default/echo,503} = %v, want 1", got)
+	}
+}

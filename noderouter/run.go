@@ -1,0 +1,169 @@
+package noderouter
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+
+	"skipper.dev/skipper/noderouter/route"
+	pb "skipper.dev/skipper/proto/skipperv1"
+)
+
+// Run parses args, serves until ctx is cancelled, then drains. --help
+// writes usage to stderr and returns nil.
+func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := ParseConfig(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	level, _ := parseLevel(cfg.LogLevel) // validated
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", cfg.NodeName)
+
+	var cs kubernetes.Interface
+	if len(cfg.ControllerAddresses) == 0 {
+		if cs, err = kubeClient(cfg.Kubeconfig); err != nil {
+			return err
+		}
+	}
+	data, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	admin, err := net.Listen("tcp", cfg.AdminListen)
+	if err != nil {
+		data.Close()
+		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+	}
+	return newRouter(cfg, log).run(ctx, data, admin, cs)
+}
+
+// router wires the parts together for one process lifetime.
+type router struct {
+	cfg   Config
+	log   *slog.Logger
+	m     *metrics
+	cache *route.Cache
+	cp    *controlPlane
+	proxy *proxy
+	ready atomic.Bool
+}
+
+func newRouter(cfg Config, log *slog.Logger) *router {
+	id := &pb.RouterIdentity{
+		Node:            cfg.NodeName,
+		Pod:             cfg.PodName,
+		Incarnation:     incarnation(),
+		ProtocolVersion: pb.ProtocolVersion_PROTOCOL_VERSION_1,
+		Mode:            cfg.Mode,
+	}
+	if cfg.PodNamespace != "" {
+		id.Pod = cfg.PodNamespace + "/" + cfg.PodName
+	}
+	m := newMetrics(cfg.NodeName)
+	cache := &route.Cache{}
+	cp := newControlPlane(cfg, log, m, cache, id)
+	return &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, cp)}
+}
+
+func incarnation() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand.Read documents it)
+	return hex.EncodeToString(b[:])
+}
+
+// run serves data and admin until ctx ends or a server fails, then stops
+// taking requests, lets in-flight ones finish within the shutdown timeout,
+// and stops the streams and the informer. cs is nil with static members.
+func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernetes.Interface) error {
+	// The control plane and the informer outlive ctx until the data server
+	// has drained: in-flight cold requests still need GetInstance.
+	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	errc := make(chan error, 3)
+	var wg sync.WaitGroup
+
+	if cs == nil {
+		rt.cp.setMembers(rt.cfg.ControllerAddresses)
+		rt.ready.Store(true)
+	} else {
+		wg.Go(func() {
+			err := watchMembers(bg, cs, rt.cfg.ControllerNamespace, rt.cfg.ControllerService, rt.cfg.ControllerPortName,
+				rt.log, rt.cp.setMembers, func() { rt.ready.Store(true) })
+			if err != nil {
+				errc <- fmt.Errorf("watch controllers: %w", err)
+			}
+		})
+	}
+
+	errLog := slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)
+	dataSrv := &http.Server{Handler: rt.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
+	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
+	serve := func(srv *http.Server, ln net.Listener, what string) {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve %s on %s: %w", what, ln.Addr(), err)
+		}
+	}
+	wg.Go(func() { serve(dataSrv, data, "data plane") })
+	wg.Go(func() { serve(adminSrv, admin, "admin") })
+	rt.log.Info("serving", "listen", data.Addr().String(), "admin", admin.Addr().String(), "mode", rt.cfg.Mode)
+
+	var runErr error
+	select {
+	case <-ctx.Done():
+	case runErr = <-errc:
+		rt.log.Error("stopping", "err", runErr)
+	}
+
+	rt.ready.Store(false)
+	if runErr == nil && rt.cfg.DrainDelay > 0 {
+		rt.log.Info("not ready; still serving", "for", rt.cfg.DrainDelay.String())
+		time.Sleep(rt.cfg.DrainDelay)
+	}
+	rt.log.Info("draining", "timeout", rt.cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ShutdownTimeout)
+	defer cancel()
+	var errs []error
+	if err := dataSrv.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("drain data plane: %w", err))
+		_ = dataSrv.Close()
+	}
+	stopBG()
+	rt.cp.close()
+	if err := adminSrv.Shutdown(sctx); err != nil {
+		_ = adminSrv.Close()
+	}
+	wg.Wait()
+	rt.proxy.transport.CloseIdleConnections()
+	rt.log.Info("stopped")
+	return errors.Join(append([]error{runErr}, errs...)...)
+}
+
+func (rt *router) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(rt.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !rt.ready.Load() {
+			http.Error(w, "not ready: controller endpoints not synced, or draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux
+}
