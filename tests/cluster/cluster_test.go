@@ -1,0 +1,390 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// repoRoot is the repository root, two levels above this package.
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// syncBuffer is a goroutine-safe bytes.Buffer for the ready line.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+const testManifests = `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+  namespace: default
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      terminationGracePeriodSeconds: 5
+      containers:
+        - name: web
+          image: ghcr.io/skipper-dev/skipper:dev
+          command: ["/webapp"]
+          args: ["--listen=$(POD_IP):8080"]
+          env:
+            - name: POD_IP
+              valueFrom: {fieldRef: {fieldPath: status.podIP}}
+            - name: GREETING
+              valueFrom: {configMapKeyRef: {name: web-config, key: greeting}}
+          ports:
+            - {name: http, containerPort: 8080}
+          readinessProbe:
+            httpGet: {path: /healthz, port: http}
+            periodSeconds: 1
+          volumeMounts:
+            - {name: cfg, mountPath: /var/run/web/cfg}
+            - {name: scratch, mountPath: /run/scratch}
+      volumes:
+        - name: cfg
+          configMap: {name: web-config}
+        - name: scratch
+          emptyDir: {}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: unmapped
+  namespace: default
+spec:
+  containers:
+    - name: c
+      image: docker.io/library/nginx:1.27
+      command: ["nginx"]
+`
+
+// TestClusterUpDown runs a whole local cluster with test manifests: Ready
+// node with a Lease, pods Running and Ready on their own IPs once their
+// ConfigMap appears, in-cluster API access with the projected token, an
+// unmapped image reported, pod deletion, and a clean teardown.
+func TestClusterUpDown(t *testing.T) {
+	requireRoot(t)
+	root := repoRoot(t)
+	kube := filepath.Join(root, "bin", "kube")
+	if _, err := os.Stat(kube); err != nil {
+		t.Skipf("needs %s (make kube): %v", kube, err)
+	}
+	if live, _ := (State{Dir: filepath.Join(root, ".skipper")}).Live(); len(live) > 0 {
+		t.Skipf("a local cluster runs (%s): this test needs the machine's cluster addresses", describeLive(live))
+	}
+	if MachineLockHeld() {
+		t.Skip("another local cluster holds the machine lock")
+	}
+	if _, err := netlink.LinkByName(DefaultTopology().Bridge); err == nil {
+		t.Skip("skipper-br0 exists: a local cluster (or its leftovers) is present; run make down")
+	}
+
+	bin := t.TempDir()
+	for _, c := range kubeComponents {
+		if err := os.Symlink(kube, filepath.Join(bin, c)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build := func(out, pkg string) {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, out), pkg)
+		cmd.Dir = filepath.Join(root, "tests", "cluster")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("build %s: %v\n%s", pkg, err, b)
+		}
+	}
+	build("skipper-nodeagent", "../cmd/skipper-nodeagent")
+	build("webapp", "./testdata/webapp")
+	manifests := t.TempDir()
+	if err := os.WriteFile(filepath.Join(manifests, "kustomization.yaml"), []byte("resources: [app.yaml]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(manifests, "app.yaml"), []byte(testManifests), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	state := t.TempDir()
+	stdout := &syncBuffer{}
+	cfg := &Config{RepoDir: root, State: State{Dir: state}, BinDir: bin, Apply: []string{manifests},
+		ImageDirs: []string{"ghcr.io/skipper-dev/skipper=" + bin}, Stdout: stdout}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Function = "" // no router here: ready once the manifests are applied
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logs := &syncBuffer{}
+	upErr := make(chan error, 1)
+	begin := time.Now()
+	go func() { upErr <- Up(ctx, cfg, slog.New(slog.NewTextHandler(io.MultiWriter(logs, testWriter{t}), nil))) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-upErr:
+			if err != nil {
+				t.Errorf("up: %v", err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Errorf("up did not return after cancel")
+		}
+		if err := Down(cfg, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			t.Errorf("down after up: %v", err)
+		}
+		checkClean(t, cfg)
+	})
+
+	waitFor(t, 4*time.Minute, "skipper: ready", func() (bool, string) {
+		select {
+		case err := <-upErr:
+			upErr <- nil
+			if errors.Is(err, ErrRunning) {
+				t.Skipf("another local cluster started meanwhile: %v", err)
+			}
+			t.Fatalf("up returned early: %v", err)
+		default:
+		}
+		return strings.HasPrefix(stdout.String(), "skipper: ready"), stdout.String()
+	})
+	t.Logf("ready after %s: %s", time.Since(begin).Round(100*time.Millisecond), strings.TrimSpace(stdout.String()))
+	if strings.Count(stdout.String(), "\n") != 1 {
+		t.Errorf("stdout %q: want exactly one line", stdout.String())
+	}
+	env, err := os.ReadFile(cfg.State.EnvPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"KUBECONFIG", "PATH", "ROUTER_URL", "ROUTER_METRICS_URL", "CONTROLLER_METRICS_URLS"} {
+		if !strings.Contains(string(env), "export "+k+"='") {
+			t.Errorf("env file lacks %s:\n%s", k, env)
+		}
+	}
+
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.State.Kubeconfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := kubernetes.NewForConfigOrDie(rc)
+
+	lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, "node1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("node lease: %v", err)
+	}
+	if age := time.Since(lease.Spec.RenewTime.Time); age > 30*time.Second {
+		t.Errorf("lease renewed %s ago", age)
+	}
+
+	// The pods wait for their ConfigMap, as under a kubelet.
+	waitFor(t, time.Minute, "web pods waiting for web-config", func() (bool, string) {
+		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil || len(pods.Items) != 2 {
+			return false, fmt.Sprint(len(pods.Items), err)
+		}
+		for _, p := range pods.Items {
+			if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Waiting == nil {
+				return false, p.Name + " not waiting"
+			}
+		}
+		return true, ""
+	})
+	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "web-config"}, Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pods []corev1.Pod
+	waitFor(t, time.Minute, "web pods Running and Ready", func() (bool, string) {
+		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
+		if err != nil {
+			return false, err.Error()
+		}
+		pods = list.Items
+		ready := 0
+		for _, p := range pods {
+			if p.Status.Phase == corev1.PodRunning && podReady(&p) && p.Status.PodIP != "" {
+				ready++
+			}
+		}
+		return ready == 2 && len(pods) == 2, podSummary(ctx, cs)
+	})
+	t.Logf("pods ready after %s:\n%s", time.Since(begin).Round(100*time.Millisecond), podSummary(ctx, cs))
+	if pods[0].Status.PodIP == pods[1].Status.PodIP {
+		t.Errorf("pods share IP %s", pods[0].Status.PodIP)
+	}
+	for _, p := range pods {
+		if !DefaultTopology().PodCIDR(1).Contains(mustAddr(t, p.Status.PodIP)) {
+			t.Errorf("pod %s IP %s outside node1's pod CIDR", p.Name, p.Status.PodIP)
+		}
+		cst := p.Status.ContainerStatuses[0]
+		if cst.State.Running == nil || !strings.HasPrefix(cst.ContainerID, "skipper://") || !cst.Ready {
+			t.Errorf("pod %s container status %+v", p.Name, cst)
+		}
+		base := "http://" + p.Status.PodIP + ":8080"
+		for path, want := range map[string]string{
+			"/whoami":                              "system:serviceaccount:default:default",
+			"/env?k=GREETING":                      "hello",
+			"/env?k=KUBERNETES_SERVICE_HOST":       "198.51.100.1",
+			"/file?path=/var/run/web/cfg/greeting": "hello",
+			"/file?path=/var/run/secrets/kubernetes.io/serviceaccount/namespace": "default",
+		} {
+			if got := httpGet(t, base+path); got != want {
+				t.Errorf("pod %s %s = %q, want %q", p.Name, path, got, want)
+			}
+		}
+	}
+
+	unmapped, err := cs.CoreV1().Pods("default").Get(ctx, "unmapped", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := unmapped.Status.ContainerStatuses; len(s) != 1 || s[0].State.Waiting == nil || s[0].State.Waiting.Reason != "ErrImageNeverPull" {
+		t.Errorf("unmapped image pod status: %+v", unmapped.Status)
+	}
+
+	// Deleting a pod stops it and removes it for good; the ReplicaSet replaces it.
+	victim := pods[0]
+	if err := cs.CoreV1().Pods("default").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "deleted pod gone", func() (bool, string) {
+		_, err := cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	})
+	if _, err := (&http.Client{Timeout: time.Second}).Get("http://" + victim.Status.PodIP + ":8080/healthz"); err == nil {
+		t.Errorf("deleted pod %s still answers on %s", victim.Name, victim.Status.PodIP)
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func httpGet(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 10 * time.Second}).Get(url)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return strings.TrimSpace(string(b))
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, check func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, status := check()
+		if ok {
+			return
+		}
+		last = status
+		time.Sleep(250 * time.Millisecond)
+	}
+	t.Fatalf("%s: not after %s; last: %s", what, timeout, last)
+}
+
+// checkClean fails if anything the cluster makes is left on the machine.
+func checkClean(t *testing.T, cfg *Config) {
+	t.Helper()
+	top := cfg.Topology
+	if names, _ := top.NetnsNames(); len(names) > 0 {
+		t.Errorf("netns left: %v", names)
+	}
+	links, _ := netlink.LinkList()
+	for _, l := range links {
+		if n := l.Attrs().Name; n == top.Bridge || strings.HasPrefix(n, top.VethPrefix) {
+			t.Errorf("link left: %s", n)
+		}
+	}
+	routes, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
+	for _, r := range routes {
+		if r.Dst != nil {
+			if p, ok := netipPrefix(r.Dst); ok && p.Bits() > 0 && (top.PodSupernet.Overlaps(p) || top.ServiceCIDR.Overlaps(p) || top.Gateway.Masked().Overlaps(p)) {
+				t.Errorf("route left: %s", r.Dst)
+			}
+		}
+	}
+	mounts, _ := os.ReadFile("/proc/mounts")
+	if strings.Contains(string(mounts), "skipper") {
+		t.Errorf("mounts left:\n%s", mounts)
+	}
+	if mnt, err := Cgroup2Mount(); err == nil {
+		if _, err := os.Stat(filepath.Join(mnt, cfg.CgroupName)); err == nil {
+			t.Errorf("cgroup %s left", filepath.Join(mnt, cfg.CgroupName))
+		}
+	}
+	if names, _ := cfg.State.pidFiles(); len(names) > 0 {
+		t.Errorf("pid files left: %v", names)
+	}
+	if _, err := os.Stat(cfg.State.EnvPath()); err == nil {
+		t.Errorf("env file left")
+	}
+}
+
+func mustAddr(t *testing.T, s string) netip.Addr {
+	t.Helper()
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		t.Fatalf("address %q: %v", s, err)
+	}
+	return a
+}

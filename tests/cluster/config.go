@@ -1,0 +1,230 @@
+package cluster
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is the configuration of `skipper-cluster up` and `down`.
+type Config struct {
+	// RepoDir is the repository root; relative paths below resolve against it.
+	// Default: the working directory.
+	RepoDir string
+	// State is the state directory. Default: <RepoDir>/.skipper.
+	State State
+	// BinDir holds bin/kube's symlinks and the Skipper binaries. Default: <RepoDir>/bin.
+	BinDir string
+	// Nodes is the node count. Default 1.
+	Nodes int
+	// Apply lists kustomize directories applied in order with
+	// `kubectl apply --server-side -k`. Default: deploy/overlays/local, deploy/examples.
+	Apply []string
+	// ImageDirs maps images to local directories for the node agents
+	// (image=dir). Default: ghcr.io/skipper-dev/skipper=<BinDir>.
+	ImageDirs []string
+	// Function is the function whose answer through node 1's router marks the
+	// cluster ready; empty skips the wait. Default: default/echo.
+	Function string
+	// StartTimeout bounds each control-plane component's start. Default 90s.
+	StartTimeout time.Duration
+	// ReadyTimeout bounds the wait for the node, the manifests and Function
+	// to answer. Default 120s.
+	ReadyTimeout time.Duration
+	// StopTimeout is the grace between SIGTERM and SIGKILL. Default 10s.
+	StopTimeout time.Duration
+	// LockWait bounds the wait for another cluster on this machine (one with
+	// another state directory, e.g. a test's) to stop; 0 refuses at once.
+	// Default 5m from the command line, 0 for a Config built in code.
+	LockWait time.Duration
+	// Topology is the network; DefaultTopology unless a test sets another.
+	Topology Topology
+	// CgroupName is the cluster's cgroup under the cgroup2 mount. Default "skipper".
+	CgroupName string
+	// Stdout receives the one `skipper: ready` line. Default os.Stdout.
+	Stdout io.Writer
+}
+
+// defaults fills unset fields.
+func (c *Config) defaults() error {
+	if c.RepoDir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return err
+		}
+		c.RepoDir = wd
+	}
+	abs := func(p string) string {
+		if filepath.IsAbs(p) {
+			return filepath.Clean(p)
+		}
+		return filepath.Join(c.RepoDir, p)
+	}
+	c.RepoDir = abs(c.RepoDir)
+	if c.State.Dir == "" {
+		c.State.Dir = ".skipper"
+	}
+	c.State.Dir = abs(c.State.Dir)
+	if c.BinDir == "" {
+		c.BinDir = "bin"
+	}
+	c.BinDir = abs(c.BinDir)
+	if c.Nodes == 0 {
+		c.Nodes = 1
+	}
+	if c.Apply == nil {
+		c.Apply = []string{"deploy/overlays/local", "deploy/examples"}
+	}
+	for i, a := range c.Apply {
+		c.Apply[i] = abs(a)
+	}
+	if c.ImageDirs == nil {
+		c.ImageDirs = []string{"ghcr.io/skipper-dev/skipper=" + c.BinDir}
+	}
+	if c.StartTimeout == 0 {
+		c.StartTimeout = 90 * time.Second
+	}
+	if c.ReadyTimeout == 0 {
+		c.ReadyTimeout = 120 * time.Second
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = 10 * time.Second
+	}
+	if c.Topology.Bridge == "" {
+		c.Topology = DefaultTopology()
+	}
+	if c.CgroupName == "" {
+		c.CgroupName = "skipper"
+	}
+	if c.Stdout == nil {
+		c.Stdout = os.Stdout
+	}
+	return nil
+}
+
+// Validate reports every problem with the configuration.
+func (c *Config) Validate() error {
+	var errs []error
+	if err := c.Topology.Validate(c.Nodes); err != nil {
+		errs = append(errs, err)
+	}
+	if c.StartTimeout <= 0 || c.ReadyTimeout <= 0 || c.StopTimeout <= 0 || c.LockWait < 0 {
+		errs = append(errs, errors.New("timeouts must be positive"))
+	}
+	if c.Function != "" && !strings.Contains(c.Function, "/") {
+		errs = append(errs, fmt.Errorf("--function %q: want <namespace>/<name>", c.Function))
+	}
+	for _, m := range c.ImageDirs {
+		if img, dir, ok := strings.Cut(m, "="); !ok || img == "" || dir == "" {
+			errs = append(errs, fmt.Errorf("--image-dir %q: want <image>=<dir>", m))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// listFlag is a repeatable string flag; the first Set replaces the default.
+type listFlag struct {
+	vals *[]string
+	set  bool
+}
+
+func (l *listFlag) String() string {
+	if l.vals == nil {
+		return ""
+	}
+	return strings.Join(*l.vals, ",")
+}
+
+func (l *listFlag) Set(v string) error {
+	if !l.set {
+		*l.vals, l.set = []string{}, true // non-nil: an explicit empty list is not the default
+	}
+	if v != "" {
+		*l.vals = append(*l.vals, v)
+	}
+	return nil
+}
+
+func envOr(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok {
+		return v
+	}
+	return def
+}
+
+func envDuration(key string, def time.Duration) time.Duration {
+	if v, ok := os.LookupEnv(key); ok {
+		if d, err := time.ParseDuration(v); err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func envInt(key string, def int) int {
+	if v, ok := os.LookupEnv(key); ok {
+		if n, err := strconv.Atoi(v); err == nil {
+			return n
+		}
+	}
+	return def
+}
+
+const usageHead = `skipper-cluster runs Skipper's local Kubernetes cluster (root only).
+
+Usage:
+  skipper-cluster up [flags]    start the cluster in the foreground; Ctrl-C (or
+                                'skipper-cluster down' from any shell) stops it
+  skipper-cluster down [flags]  stop a running cluster and remove everything it
+                                made (processes, netns, links, routes, mounts,
+                                cgroups, .skipper/ runtime state); idempotent
+
+'up' generates a CA, certificates and kubeconfigs under .skipper/pki, builds the
+network (bridge skipper-br0 198.51.100.1/24, node N in netns skipper-node<N> at
+198.51.100.<10+N> with pods in 198.18.<N>.0/24), starts etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler (from bin/kube) and one
+bin/skipper-nodeagent per node, applies each --apply directory with
+'kubectl apply --server-side -k', waits for --function to answer through node 1's
+router, writes .skipper/env and prints one line 'skipper: ready ...'.
+`
+
+// parseFlags parses the flags of up and down into a Config.
+func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
+	c := &Config{}
+	fs := flag.NewFlagSet("skipper-cluster "+cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&c.RepoDir, "repo", envOr("SKIPPER_REPO", ""), "repository root; relative paths resolve against it (default: working directory) [SKIPPER_REPO]")
+	fs.StringVar(&c.State.Dir, "state-dir", envOr("SKIPPER_STATE_DIR", ".skipper"), "state directory: pki, pid files, logs, env [SKIPPER_STATE_DIR]")
+	fs.StringVar(&c.BinDir, "bin-dir", envOr("SKIPPER_BIN_DIR", "bin"), "directory with kube's symlinks and the Skipper binaries [SKIPPER_BIN_DIR]")
+	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 1), "number of nodes [SKIPPER_NODES]")
+	c.Apply = []string{"deploy/overlays/local", "deploy/examples"}
+	fs.Var(&listFlag{vals: &c.Apply}, "apply", "kustomize directory to apply, in order; repeatable; an empty value applies nothing")
+	c.ImageDirs = nil
+	fs.Var(&listFlag{vals: &c.ImageDirs}, "image-dir", "image=dir mapping handed to every node agent; repeatable (default: ghcr.io/skipper-dev/skipper=<bin-dir>)")
+	fs.StringVar(&c.Function, "function", envOr("SKIPPER_READY_FUNCTION", "default/echo"), "function that must answer through node 1's router before 'ready'; empty: do not wait [SKIPPER_READY_FUNCTION]")
+	fs.DurationVar(&c.StartTimeout, "start-timeout", envDuration("SKIPPER_START_TIMEOUT", 90*time.Second), "bound on each control-plane component's start [SKIPPER_START_TIMEOUT]")
+	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", envDuration("SKIPPER_READY_TIMEOUT", 120*time.Second), "bound on the wait for a Ready node, the manifests and the function's answer [SKIPPER_READY_TIMEOUT]")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", envDuration("SKIPPER_STOP_TIMEOUT", 10*time.Second), "grace between SIGTERM and SIGKILL for each process [SKIPPER_STOP_TIMEOUT]")
+	fs.DurationVar(&c.LockWait, "lock-wait", envDuration("SKIPPER_LOCK_WAIT", 5*time.Minute), "how long 'up' waits for another local cluster on this machine (one with another state dir, e.g. a test's) to stop; 0 refuses at once [SKIPPER_LOCK_WAIT]")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), usageHead)
+		fmt.Fprint(fs.Output(), "\nFlags of up and down (environment fallbacks in brackets):\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if err := c.defaults(); err != nil {
+		return nil, err
+	}
+	return c, c.Validate()
+}

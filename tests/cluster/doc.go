@@ -1,0 +1,42 @@
+// Package cluster runs Skipper's local Kubernetes cluster: a real etcd,
+// kube-apiserver, kube-controller-manager and kube-scheduler (the multi-call
+// bin/kube built from the nested module tests/kube) plus one node agent
+// (tests/nodeagent) per node, each node living in its own network namespace
+// on a bridge in the root namespace.
+//
+// # Layout
+//
+// Names and addresses are fixed by docs/architecture.md: the bridge
+// skipper-br0 holds 198.51.100.1/24 (the API server binds and advertises it on
+// :6443); node N is the network namespace skipper-node<N> with eth0 =
+// 198.51.100.<10+N>/24, pod CIDR 198.18.<N>.0/24 routed from the root namespace
+// via the node IP; the service range 198.19.0.0/16 is blackholed in the root
+// namespace (there is no kube-proxy yet). Node namespaces have no default
+// route: nothing a pod sends can leave the machine.
+//
+// Everything a run makes on disk lives under the state directory (.skipper/
+// in the repository): the PKI and kubeconfigs (.skipper/pki, .skipper/kubeconfig
+// is the admin one), etcd's data, one pid file per child process
+// (.skipper/<name>.pid, plus skipper-cluster.pid for the foreground `up`),
+// logs under .skipper/logs, and .skipper/env once the cluster is ready.
+//
+// # Invariants
+//
+//   - Every step of Up is idempotent and safe to re-run after a crash; Down
+//     removes everything Up can have made (processes, network namespaces,
+//     links, addresses, routes, mounts, cgroups, runtime state) and succeeds
+//     when there is nothing to remove. Logs are kept for post-mortems.
+//   - Children die with the foreground process: each runs in its own process
+//     group with PR_SET_PDEATHSIG, and Up kills them explicitly on shutdown.
+//   - A cluster runs when a pid file names a live process (pid and start time
+//     match); Up refuses to start a second one. One cluster per machine: Up
+//     also holds the abstract unix socket @skipper-local-cluster for its
+//     lifetime, so a cluster with another state directory (a test's) and
+//     `make up` never build the same network at once (--lock-wait).
+//
+// # Driving it
+//
+// Run(ctx, args, stderr) is the whole command line of bin/skipper-cluster
+// (`up`, `down`, `--help`). Up blocks until ctx is cancelled (SIGINT/SIGTERM)
+// or a child dies, then tears down exactly as Down does.
+package cluster

@@ -1,0 +1,476 @@
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// ErrRunning is returned by Up when a cluster already runs.
+var ErrRunning = errors.New("a local cluster already runs")
+
+// kubeComponents are the bin/kube symlinks the cluster needs.
+var kubeComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
+
+// cluster is one run of Up.
+type cluster struct {
+	cfg   *Config
+	log   *slog.Logger
+	procs []*Proc // in start order
+	cg    CgroupRoot
+}
+
+// Up starts the cluster and blocks until ctx ends or a child dies, then
+// tears everything down. It returns nil after a clean shutdown on ctx.
+func Up(ctx context.Context, cfg *Config, log *slog.Logger) (err error) {
+	begin := time.Now()
+	if err := cfg.preflight(); err != nil {
+		return err
+	}
+	live, err := cfg.State.Live()
+	if err != nil {
+		return err
+	}
+	if len(live) > 0 {
+		return fmt.Errorf("%w (%s): use it, or stop it with 'skipper-cluster down' (make down)", ErrRunning, describeLive(live))
+	}
+	if cfg.LockWait > 0 && MachineLockHeld() {
+		log.Info("another local cluster runs on this machine; waiting for it to stop", "max_wait", cfg.LockWait)
+	}
+	release, err := acquireMachineLock(ctx, cfg.LockWait)
+	if err != nil {
+		return err
+	}
+	defer release() // after the teardown below
+	// Leftovers of a crashed run: the same sweep as down.
+	if err := cfg.sweep(log); err != nil {
+		return fmt.Errorf("clean up a previous run: %w", err)
+	}
+	// Logs outlive a run for post-mortems; a new run starts them afresh.
+	if err := os.RemoveAll(filepath.Join(cfg.State.Dir, "logs")); err != nil {
+		return fmt.Errorf("old logs: %w", err)
+	}
+	if err := os.MkdirAll(cfg.State.PodLogDir(), 0o755); err != nil {
+		return fmt.Errorf("state dir: %w", err)
+	}
+	if err := writePidFile(cfg.State.PidPath(UpPidName), os.Getpid()); err != nil {
+		return err
+	}
+	c := &cluster{cfg: cfg, log: log}
+	defer func() {
+		log.Info("tearing down")
+		if terr := c.teardown(); terr != nil {
+			err = errors.Join(err, fmt.Errorf("teardown: %w", terr))
+		} else {
+			log.Info("torn down")
+		}
+	}()
+	if err := c.start(ctx); err != nil {
+		return err
+	}
+	ready, err := c.waitReady(ctx)
+	if err != nil {
+		return err
+	}
+	envPath := cfg.State.EnvPath()
+	if rel, err := filepath.Rel(cfg.RepoDir, envPath); err == nil && !strings.HasPrefix(rel, "..") {
+		envPath = rel
+	}
+	if err := writeFileAtomic(cfg.State.EnvPath(), []byte(FormatEnv(ready)), 0o644); err != nil {
+		return fmt.Errorf("write env: %w", err)
+	}
+	try := "kubectl get nodes,pods -A"
+	if cfg.Function != "" {
+		try = fmt.Sprintf("curl -H 'x-skipper-function: %s' $ROUTER_URL/hello", cfg.Function)
+	}
+	fmt.Fprintf(cfg.Stdout, "skipper: ready in %.1fs — source %s && %s\n", time.Since(begin).Seconds(), envPath, try)
+	return c.supervise(ctx)
+}
+
+// preflight checks what Up needs before it changes anything.
+func (c *Config) preflight() error {
+	if os.Geteuid() != 0 {
+		return errors.New("skipper-cluster up needs root (network namespaces, bridges, mounts, cgroups)")
+	}
+	var errs []error
+	for _, name := range kubeComponents {
+		if _, err := os.Stat(c.kube(name)); err != nil {
+			errs = append(errs, fmt.Errorf("%s missing: run 'make kube' (builds bin/kube and its symlinks)", c.kube(name)))
+		}
+	}
+	if _, err := os.Stat(filepath.Join(c.BinDir, "skipper-nodeagent")); err != nil {
+		errs = append(errs, fmt.Errorf("%s missing: run 'make build'", filepath.Join(c.BinDir, "skipper-nodeagent")))
+	}
+	for _, dir := range c.Apply {
+		if !hasKustomization(dir) {
+			errs = append(errs, fmt.Errorf("manifests %s missing (no kustomization.yaml in it): nothing to apply (pass --apply to choose others)", dir))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func hasKustomization(dir string) bool {
+	for _, name := range []string{"kustomization.yaml", "kustomization.yml", "Kustomization"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+func describeLive(live map[string]int) string {
+	var parts []string
+	for name, pid := range live {
+		parts = append(parts, fmt.Sprintf("%s pid %d", name, pid))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ", ")
+}
+
+func (c *cluster) start(ctx context.Context) error {
+	cfg, log := c.cfg, c.log
+	pki := PKI{Dir: cfg.State.PKI(), Server: cfg.apiserverURL()}
+	if err := pki.Generate(cfg.Topology, cfg.Nodes, time.Now()); err != nil {
+		return err
+	}
+	admin, err := os.ReadFile(pki.Kubeconfig("admin"))
+	if err != nil {
+		return err
+	}
+	if err := writeFileAtomic(cfg.State.Kubeconfig(), admin, 0o600); err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	log.Info("pki written", "dir", pki.Dir)
+
+	if err := cfg.Topology.SetupNetwork(cfg.Nodes); err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	log.Info("network up", "bridge", cfg.Topology.Bridge, "gateway", cfg.Topology.Gateway, "nodes", cfg.Nodes)
+
+	mnt, err := Cgroup2Mount()
+	if err != nil {
+		return err
+	}
+	c.cg = CgroupRoot(filepath.Join(mnt, cfg.CgroupName))
+	if err := c.cg.Ensure(cfg.Nodes); err != nil {
+		return err
+	}
+
+	etcd, err := c.spawn(cfg.etcdSpec())
+	if err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, &http.Client{Timeout: 3 * time.Second}, etcdClientURL+"/health", etcd, cfg.StartTimeout); err != nil {
+		return err
+	}
+	log.Info("etcd ready")
+
+	api, err := c.spawn(cfg.apiserverSpec())
+	if err != nil {
+		return err
+	}
+	hc, err := adminHTTPClient(pki)
+	if err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, hc, cfg.apiserverURL()+"/readyz", api, cfg.StartTimeout); err != nil {
+		return err
+	}
+	log.Info("kube-apiserver ready", "url", cfg.apiserverURL())
+
+	kcm, err := c.spawn(cfg.kcmSpec())
+	if err != nil {
+		return err
+	}
+	sched, err := c.spawn(cfg.schedulerSpec())
+	if err != nil {
+		return err
+	}
+	lc := loopbackHealthClient()
+	if err := waitHTTP(ctx, lc, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), kcm, cfg.StartTimeout); err != nil {
+		return err
+	}
+	if err := waitHTTP(ctx, lc, fmt.Sprintf("https://127.0.0.1:%d/healthz", schedulerPort), sched, cfg.StartTimeout); err != nil {
+		return err
+	}
+	log.Info("kube-controller-manager and kube-scheduler ready")
+
+	for n := 1; n <= cfg.Nodes; n++ {
+		if _, err := c.spawn(cfg.nodeAgentSpec(n, c.cg)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *cluster) spawn(spec ProcSpec) (*Proc, error) {
+	if spec.Env == nil {
+		spec.Env = childEnv()
+	}
+	p, err := c.cfg.State.startProc(spec)
+	if err != nil {
+		return nil, err
+	}
+	c.procs = append(c.procs, p)
+	c.log.Info("started", "name", p.Name, "pid", p.Pid, "log", p.LogPath)
+	return p, nil
+}
+
+// childEnv is this process's environment without variables that would point
+// the children at another cluster.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "KUBECONFIG=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// waitReady waits for Ready nodes, applies the manifests, waits for the
+// function to answer and returns the env file's contents.
+func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
+	cfg := c.cfg
+	rc, err := clientcmd.BuildConfigFromFlags("", cfg.State.Kubeconfig())
+	if err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.poll(ctx, "Ready nodes", cfg.ReadyTimeout, func(ctx context.Context) (bool, string, error) {
+		return nodesReady(ctx, cs, cfg.Nodes)
+	}); err != nil {
+		return nil, err
+	}
+	c.log.Info("nodes ready", "nodes", cfg.Nodes)
+
+	for _, dir := range cfg.Apply {
+		if err := c.apply(ctx, dir); err != nil {
+			return nil, err
+		}
+	}
+
+	routerURL := fmt.Sprintf("http://%s:8380", cfg.Topology.NodeIP(1))
+	if cfg.Function != "" {
+		hc := &http.Client{Timeout: 5 * time.Second}
+		err := c.poll(ctx, "function "+cfg.Function+" through the router", cfg.ReadyTimeout, func(ctx context.Context) (bool, string, error) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, routerURL+"/hello", nil)
+			if err != nil {
+				return false, "", err
+			}
+			req.Header.Set("x-skipper-function", cfg.Function)
+			resp, err := hc.Do(req)
+			if err != nil {
+				return false, err.Error(), nil
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+			resp.Body.Close()
+			return resp.StatusCode == http.StatusOK, fmt.Sprintf("%s %s", resp.Status, bytes.TrimSpace(body)), nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%w\npods:\n%s", err, podSummary(ctx, cs))
+		}
+		c.log.Info("function answers through the router", "function", cfg.Function, "url", routerURL)
+	}
+
+	var metrics []string
+	pods, err := cs.CoreV1().Pods("skipper-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skipper-controller"})
+	if err != nil {
+		return nil, fmt.Errorf("list controller pods: %w", err)
+	}
+	for _, p := range pods.Items {
+		if p.Status.PodIP != "" && p.DeletionTimestamp == nil {
+			metrics = append(metrics, fmt.Sprintf("http://%s:9091/metrics", p.Status.PodIP))
+		}
+	}
+	slices.Sort(metrics)
+	return []EnvVar{
+		{"KUBECONFIG", cfg.State.Kubeconfig()},
+		{"PATH", cfg.BinDir + string(os.PathListSeparator) + os.Getenv("PATH")},
+		{"ROUTER_URL", routerURL},
+		{"ROUTER_METRICS_URL", fmt.Sprintf("http://%s:8381/metrics", cfg.Topology.NodeIP(1))},
+		{"CONTROLLER_METRICS_URLS", strings.Join(metrics, " ")},
+	}, nil
+}
+
+// poll calls check every 500ms until it reports done, fails, a child dies,
+// ctx ends or timeout passes.
+func (c *cluster) poll(ctx context.Context, what string, timeout time.Duration, check func(context.Context) (bool, string, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	last := "no answer yet"
+	for {
+		ok, status, err := check(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		if status != "" {
+			last = status
+		}
+		if p := c.dead(); p != nil {
+			return fmt.Errorf("%s exited (%v) while waiting for %s; last lines of %s:\n%s", p.Name, p.Err(), what, p.LogPath, tailFile(p.LogPath, 25))
+		}
+		select {
+		case <-ctx.Done():
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return fmt.Errorf("%s not there after %s (last: %s)", what, timeout, last)
+			}
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func (c *cluster) dead() *Proc {
+	for _, p := range c.procs {
+		select {
+		case <-p.Done():
+			return p
+		default:
+		}
+	}
+	return nil
+}
+
+func nodesReady(ctx context.Context, cs kubernetes.Interface, nodes int) (bool, string, error) {
+	list, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return false, err.Error(), nil
+	}
+	ready := map[string]bool{}
+	for _, n := range list.Items {
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready[n.Name] = true
+			}
+		}
+		// The lifecycle controller lifts the not-ready taint a few seconds
+		// after Ready; until then nothing schedules.
+		for _, t := range n.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady {
+				ready[n.Name] = false
+			}
+		}
+	}
+	for n := 1; n <= nodes; n++ {
+		if !ready[NodeName(n)] {
+			return false, fmt.Sprintf("%s not Ready (%d nodes registered)", NodeName(n), len(list.Items)), nil
+		}
+	}
+	return true, "", nil
+}
+
+// apply runs kubectl apply --server-side -k dir until it succeeds: a first
+// attempt can race CRD establishment or the default ServiceAccount.
+func (c *cluster) apply(ctx context.Context, dir string) error {
+	cfg := c.cfg
+	logPath := cfg.State.LogPath("kubectl")
+	var out []byte
+	err := c.poll(ctx, "kubectl apply -k "+dir, cfg.ReadyTimeout, func(ctx context.Context) (bool, string, error) {
+		cmd := exec.CommandContext(ctx, cfg.kube("kubectl"), "apply", "--server-side", "--field-manager=skipper-cluster", "-k", dir)
+		cmd.Env = append(childEnv(), "KUBECONFIG="+cfg.State.Kubeconfig())
+		var err error
+		out, err = cmd.CombinedOutput()
+		if f, ferr := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); ferr == nil {
+			fmt.Fprintf(f, "==== %s kubectl apply --server-side -k %s: %v\n%s", time.Now().UTC().Format(time.RFC3339), dir, err, out)
+			f.Close()
+		}
+		if err != nil {
+			return false, strings.TrimSpace(lastLines(string(out), 3)), nil
+		}
+		return true, "", nil
+	})
+	if err != nil {
+		return fmt.Errorf("%w\nkubectl output:\n%s", err, out)
+	}
+	c.log.Info("applied", "dir", dir)
+	return nil
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func podSummary(ctx context.Context, cs kubernetes.Interface) string {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "  (list pods: " + err.Error() + ")"
+	}
+	var b strings.Builder
+	for _, p := range pods.Items {
+		ready := "not ready"
+		for _, cond := range p.Status.Conditions {
+			if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+				ready = "ready"
+			}
+		}
+		msg := ""
+		for _, s := range p.Status.ContainerStatuses {
+			if s.State.Waiting != nil {
+				msg += fmt.Sprintf(" %s waiting %s: %s", s.Name, s.State.Waiting.Reason, s.State.Waiting.Message)
+			}
+			if s.State.Terminated != nil {
+				msg += fmt.Sprintf(" %s terminated %s (exit %d)", s.Name, s.State.Terminated.Reason, s.State.Terminated.ExitCode)
+			}
+		}
+		fmt.Fprintf(&b, "  %s/%s %s %s node=%s ip=%s%s\n", p.Namespace, p.Name, p.Status.Phase, ready, p.Spec.NodeName, p.Status.PodIP, msg)
+	}
+	return b.String()
+}
+
+// supervise blocks until ctx ends (nil) or a child dies (an error).
+func (c *cluster) supervise(ctx context.Context) error {
+	died := make(chan *Proc, len(c.procs))
+	for _, p := range c.procs {
+		go func() {
+			select {
+			case <-p.Done():
+				died <- p
+			case <-ctx.Done():
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		c.log.Info("stopping on signal")
+		return nil
+	case p := <-died:
+		return fmt.Errorf("%s exited unexpectedly (%v); last lines of %s:\n%s", p.Name, p.Err(), p.LogPath, tailFile(p.LogPath, 25))
+	}
+}
+
+// teardown stops the children (node agents first, etcd last) and sweeps.
+func (c *cluster) teardown() error {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].stop(c.cfg.StopTimeout)
+	}
+	return c.cfg.sweep(c.log)
+}
