@@ -166,7 +166,7 @@ func (t Topology) TeardownNetwork() error {
 			errs = append(errs, err)
 		}
 	}
-	links, err := netlink.LinkList()
+	links, err := dump(netlink.LinkList)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list links: %w", err))
 	}
@@ -180,7 +180,9 @@ func (t Topology) TeardownNetwork() error {
 	}
 	// Routes through the bridge went with it; the blackhole and any pod route
 	// left pointing elsewhere are removed explicitly.
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	routes, err := dump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list routes: %w", err))
 	}
@@ -344,4 +346,16 @@ func netipPrefix(n *net.IPNet) (netip.Prefix, bool) {
 func isNotFound(err error) bool {
 	var nf netlink.LinkNotFoundError
 	return errors.As(err, &nf) || errors.Is(err, unix.ENODEV)
+}
+
+// dump runs a netlink dump again when the kernel interrupted it because the
+// table changed underneath (netlink.ErrDumpInterrupted comes with partial
+// results), as it does while namespaces and their links are being deleted.
+func dump[T any](list func() ([]T, error)) ([]T, error) {
+	for try := 1; ; try++ {
+		v, err := list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || try == 5 {
+			return v, err
+		}
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -196,7 +197,7 @@ func metricSum(t *testing.T, url, metric string, match map[string]string) float6
 		t.Fatalf("scrape %s: %v", url, err)
 	}
 	defer resp.Body.Close()
-	var p expfmt.TextParser
+	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		t.Fatalf("parse %s: %v", url, err)

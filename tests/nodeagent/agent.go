@@ -232,6 +232,9 @@ func (a *Agent) flushPodAddrs() error {
 		return fmt.Errorf("lo: %w", err)
 	}
 	addrs, err := netlink.AddrList(lo, netlink.FAMILY_V4)
+	if errors.Is(err, netlink.ErrDumpInterrupted) {
+		addrs, err = netlink.AddrList(lo, netlink.FAMILY_V4)
+	}
 	if err != nil {
 		return fmt.Errorf("list lo addresses: %w", err)
 	}
