@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: deps build kube tools generate verify test unit e2e up down lint clean
+.PHONY: bpf-generate deps build kube tools generate verify test unit e2e up down lint clean
 
 ## deps: Debian packages and the bpffs mount the tests and the cluster need (root)
 deps:
@@ -39,15 +39,19 @@ tools:
 	@mkdir -p $(TOOLS)
 	GOBIN=$(TOOLS) $(GO) install tool
 
-## generate: deepcopy, CRD, protobuf/gRPC code
-generate: tools
+## bpf-generate: compile bpf/steer.c (clang-14, llvm-strip-14) into the committed bpf2go outputs
+bpf-generate:
+	$(GO) generate ./bpf
+
+## generate: deepcopy, CRD, protobuf/gRPC code, BPF objects
+generate: tools bpf-generate
 	$(TOOLS)/controller-gen object paths=./controller/api/...
 	$(TOOLS)/controller-gen crd:crdVersions=v1 paths=./controller/api/... output:crd:dir=./deploy/base/crd
 	cd proto && PATH=$(TOOLS):$$PATH $(GO) generate ./...
 
 ## verify: regenerate and fail if the committed output differs
 verify: generate
-	@git diff --exit-code -- controller/api deploy/base/crd proto || \
+	@git diff --exit-code -- controller/api deploy/base/crd proto bpf || \
 		{ echo "generated code is stale: run 'make generate' and commit" >&2; exit 1; }
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
