@@ -49,7 +49,7 @@ func BenchmarkProxyWarm(b *testing.B) {
 	cache := &route.Cache{}
 	cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1,
 		Instances: []route.InstanceInfo{{Pod: "p", PodUID: "u", Address: addr}}})
-	p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, noResolver{b})
+	p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, nil, noResolver{b})
 	b.Cleanup(p.transport.CloseIdleConnections)
 	req := httptest.NewRequest("GET", "http://198.51.100.11:8380/hello", nil)
 	req.Header.Set(HeaderFunction, "default/echo")

@@ -53,6 +53,13 @@ type Config struct {
 
 	// ColdStartTimeout bounds a GetInstance call on a cache miss.
 	ColdStartTimeout time.Duration
+	// NegativeCacheTTL is how long a function the controller reported
+	// NotFound is answered 404 without asking again; 0 disables the
+	// negative cache. At most 1s: a new Function is callable within 2s.
+	NegativeCacheTTL time.Duration
+	// NegativeCacheSize bounds the unknown names remembered (the oldest
+	// goes first); 0 disables the negative cache.
+	NegativeCacheSize int
 	// RequestTimeout bounds a proxied request when the function sets no
 	// timeout; 0 means none.
 	RequestTimeout time.Duration
@@ -76,6 +83,22 @@ type Config struct {
 	// IdleConnTimeout closes idle instance connections.
 	IdleConnTimeout time.Duration
 
+	// MaxAttempts is how many times a request is sent at most (the first
+	// included) when sending it failed before any response: a dial failure,
+	// or a broken connection for an idempotent request with no body sent.
+	MaxAttempts int
+	// RetryBackoffBase and RetryBackoffMax bound the jittered exponential
+	// wait before each retry.
+	RetryBackoffBase time.Duration
+	RetryBackoffMax  time.Duration
+
+	// MaxHeaderBytes bounds a request's header (http.Server.MaxHeaderBytes);
+	// larger ones get 431.
+	MaxHeaderBytes int
+	// MaxBodyBytes bounds a request body; larger ones get 413. 0 means no
+	// limit.
+	MaxBodyBytes int64
+
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 }
@@ -90,6 +113,8 @@ func DefaultConfig() Config {
 		ControllerNamespace: "skipper-system",
 		ControllerPortName:  "grpc",
 		ColdStartTimeout:    10 * time.Second,
+		NegativeCacheTTL:    time.Second,
+		NegativeCacheSize:   10000,
 		RequestTimeout:      5 * time.Minute,
 		ReportInterval:      time.Second,
 		ReconnectMin:        100 * time.Millisecond,
@@ -99,6 +124,11 @@ func DefaultConfig() Config {
 		DialTimeout:         2 * time.Second,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
+		MaxAttempts:         3,
+		RetryBackoffBase:    10 * time.Millisecond,
+		RetryBackoffMax:     500 * time.Millisecond,
+		MaxHeaderBytes:      64 << 10,
+		MaxBodyBytes:        0,
 		LogLevel:            "info",
 	}
 }
@@ -154,6 +184,25 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		errs = append(errs, fmt.Errorf("--request-timeout %s must not be negative", c.RequestTimeout))
 	}
+	if c.NegativeCacheTTL < 0 || c.NegativeCacheTTL > maxNegativeCacheTTL {
+		errs = append(errs, fmt.Errorf("--negative-cache-ttl %s: want 0 (off) to %s, so that a new Function is callable within 2s", c.NegativeCacheTTL, maxNegativeCacheTTL))
+	}
+	if c.NegativeCacheSize < 0 {
+		errs = append(errs, fmt.Errorf("--negative-cache-size %d must not be negative", c.NegativeCacheSize))
+	}
+	if c.MaxAttempts < 1 {
+		errs = append(errs, fmt.Errorf("--max-attempts %d must be at least 1", c.MaxAttempts))
+	}
+	pos(c.RetryBackoffBase, "retry-backoff-base")
+	if c.RetryBackoffMax < c.RetryBackoffBase {
+		errs = append(errs, fmt.Errorf("--retry-backoff-max %s is below --retry-backoff-base %s", c.RetryBackoffMax, c.RetryBackoffBase))
+	}
+	if c.MaxHeaderBytes < 1<<10 {
+		errs = append(errs, fmt.Errorf("--max-header-bytes %d must be at least 1024", c.MaxHeaderBytes))
+	}
+	if c.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("--max-body-bytes %d must not be negative (0: no limit)", c.MaxBodyBytes))
+	}
 	if c.MaxIdleConnsPerHost < 1 {
 		errs = append(errs, fmt.Errorf("--max-idle-conns-per-host %d must be at least 1", c.MaxIdleConnsPerHost))
 	}
@@ -162,6 +211,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// maxNegativeCacheTTL keeps the brief's promise that a new Function is
+// callable within 2s of its creation.
+const maxNegativeCacheTTL = time.Second
 
 func isLabel(s string) bool {
 	if len(s) == 0 || len(s) > 63 {
@@ -234,6 +287,9 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	str(&c.Kubeconfig, "kubeconfig", "kubeconfig path; empty: in-cluster config", "KUBECONFIG")
 	str(&c.DefaultNamespace, "default-namespace", "namespace of a bare `x-skipper-function: <name>`; empty: <namespace>/<name> required")
 	dur(&c.ColdStartTimeout, "cold-start-timeout", "bound of a cache miss (GetInstance); then 503 with Retry-After")
+	dur(&c.NegativeCacheTTL, "negative-cache-ttl", "a function the controller reported unknown is answered 404 without asking again for this long; 0: off; at most 1s")
+	fs.IntVar(&c.NegativeCacheSize, "negative-cache-size", c.NegativeCacheSize, "unknown function names remembered at most (the oldest is dropped first); 0: off")
+	envs("negative-cache-size")
 	dur(&c.RequestTimeout, "request-timeout", "bound of a proxied request when the function sets no timeout; 0: none")
 	dur(&c.ReportInterval, "report-interval", "interval of the load report sent to each connected controller")
 	dur(&c.ReconnectMin, "reconnect-min", "first backoff between controller stream attempts (jittered, doubling)")
@@ -244,6 +300,14 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	fs.IntVar(&c.MaxIdleConnsPerHost, "max-idle-conns-per-host", c.MaxIdleConnsPerHost, "keep-alive connections kept per instance")
 	envs("max-idle-conns-per-host")
 	dur(&c.IdleConnTimeout, "idle-conn-timeout", "idle instance connections are closed after this")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "sends of a request at most, the first included, when it failed before any response (dial failure; broken connection of an idempotent request with no body sent)")
+	envs("max-attempts")
+	dur(&c.RetryBackoffBase, "retry-backoff-base", "wait before the first retry (jittered, doubling per retry)")
+	dur(&c.RetryBackoffMax, "retry-backoff-max", "longest wait before a retry")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header accepted; larger: 431")
+	envs("max-header-bytes")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted; larger: 413; 0: no limit")
+	envs("max-body-bytes")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	return fs, env
 }

@@ -61,8 +61,12 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name: "flags win",
-			args: []string{"--node-name=n2", "--cold-start-timeout", "250ms", "--controller-addresses=127.0.0.1:1", "--listen=198.51.100.11:8380", "--default-namespace=default"},
+			args: []string{"--node-name=n2", "--cold-start-timeout", "250ms", "--controller-addresses=127.0.0.1:1", "--listen=198.51.100.11:8380", "--default-namespace=default",
+				"--negative-cache-ttl=500ms", "--negative-cache-size=5", "--max-attempts=5", "--retry-backoff-base=1ms", "--retry-backoff-max=1s", "--max-header-bytes=8192", "--max-body-bytes=1048576"},
 			want: func(c *Config) {
+				c.NegativeCacheTTL, c.NegativeCacheSize = 500*time.Millisecond, 5
+				c.MaxAttempts, c.RetryBackoffBase, c.RetryBackoffMax = 5, time.Millisecond, time.Second
+				c.MaxHeaderBytes, c.MaxBodyBytes = 8192, 1<<20
 				c.NodeName = "n2"
 				c.PodName = "router-env"
 				c.ColdStartTimeout = 250 * time.Millisecond
@@ -73,10 +77,19 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name: "every problem at once",
-			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud"},
+			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud",
+				"--negative-cache-ttl=2s", "--negative-cache-size=-1", "--max-attempts=0", "--retry-backoff-base=0s", "--retry-backoff-max=-1s", "--max-header-bytes=10", "--max-body-bytes=-1"},
 			wantErr: []string{"--node-name is required", "--pod-name is required", "sidecar is not implemented", "--cold-start-timeout 0s must be positive",
-				`"nope"`, "--default-namespace", "--reconnect-max", "--log-level"},
+				`"nope"`, "--default-namespace", "--reconnect-max", "--log-level",
+				"--negative-cache-ttl 2s", "callable within 2s", "--negative-cache-size -1", "--max-attempts 0", "--retry-backoff-base 0s must be positive",
+				"--retry-backoff-max -1s is below", "--max-header-bytes 10", "--max-body-bytes -1"},
 		},
+		{name: "negative cache off", args: []string{"--negative-cache-ttl=0s", "--negative-cache-size=0"}, want: func(c *Config) {
+			c.NodeName, c.PodName = "node-env", "router-env"
+			c.ColdStartTimeout = 3 * time.Second
+			c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+			c.NegativeCacheTTL, c.NegativeCacheSize = 0, 0
+		}},
 		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
 		{name: "bad duration", args: []string{"--report-interval=soon"}, wantErr: []string{"report-interval"}},
 		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},

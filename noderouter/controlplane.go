@@ -33,7 +33,9 @@ type controlPlane struct {
 	log   *slog.Logger
 	m     *metrics
 	cache *route.Cache
-	id    *pb.RouterIdentity
+	// negative holds functions GetInstance reported NotFound (nil: off).
+	negative *route.Negative
+	id       *pb.RouterIdentity
 
 	// ctx bounds every call and stream; cancelled by close.
 	ctx    context.Context
@@ -53,9 +55,9 @@ type controlPlane struct {
 
 var _ resolver = (*controlPlane)(nil)
 
-func newControlPlane(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, id *pb.RouterIdentity) *controlPlane {
+func newControlPlane(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, negative *route.Negative, id *pb.RouterIdentity) *controlPlane {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &controlPlane{cfg: cfg, log: log, m: m, cache: cache, id: id, ctx: ctx, cancel: cancel, ctrls: map[string]*controller{}}
+	return &controlPlane{cfg: cfg, log: log, m: m, cache: cache, negative: negative, id: id, ctx: ctx, cancel: cancel, ctrls: map[string]*controller{}}
 }
 
 // controller is one controller replica: its connection and its stream loop.
@@ -185,6 +187,11 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 		cp.calls.Add(1)
 		cp.mu.Unlock()
 		defer cp.calls.Done()
+		// A caller that checked the negative cache just before the previous
+		// call stored its NotFound joins no call: answer it from the cache.
+		if cp.negative.Contains(ref, time.Now()) {
+			return nil, status.Errorf(codes.NotFound, "function %s not found", key)
+		}
 		e, a, err := cp.getInstance(ref, key, known, unusable)
 		return result{e, a}, err
 	})
@@ -236,6 +243,9 @@ func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unu
 	if err != nil {
 		_, res := controllerAnswer(err)
 		cp.m.getInstance.WithLabelValues(res).Inc()
+		if status.Code(err) == codes.NotFound {
+			cp.negative.Add(ref, time.Now())
+		}
 		cp.log.Info("GetInstance failed", "function", key, "controller", owner, "code", status.Code(err).String(), "err", err)
 		return nil, nil, err
 	}

@@ -15,10 +15,28 @@
 // concurrent misses of one function sharing one call. gRPC errors become
 // HTTP answers in one place (errors.go): NotFound 404, InvalidArgument 400,
 // ResourceExhausted / DeadlineExceeded / Unavailable 503 with Retry-After,
-// every error a JSON {"error", "reason"} body. A dial failure evicts the
-// instance and sends the request once more, to another cached instance or,
-// when none is left, to a fresh GetInstance that names the failed pod as
-// unusable; a request whose body was already read is never resent.
+// every error a JSON {"error", "reason"} body. A NotFound is remembered in a
+// route.Negative for --negative-cache-ttl (at most 1s, so a new Function is
+// callable within 2s; at most --negative-cache-size names), so a flood of
+// requests for an unknown name costs one GetInstance per TTL.
+//
+// Retries (retry.go: pure decisions; proxy.go: the loop): an attempt that
+// failed before any response is sent again, up to --max-attempts sends,
+// after a jittered exponential backoff (--retry-backoff-base doubling up to
+// --retry-backoff-max) that ends early when the request's context does. A
+// dial failure never reached the instance: the instance is evicted and any
+// request is resent. A connection that broke before a response byte (reset,
+// EOF) may have delivered the request: only idempotent ones (GET, HEAD,
+// OPTIONS, PUT, DELETE, TRACE, or any method with an Idempotency-Key) are
+// resent, on another instance when there is one, and the instance stays.
+// Bodies are streamed, never buffered, so a request of whose body anything
+// was read is never resent, whatever its method. When evictions empty the
+// cached set the owner is asked again, naming the evicted pods unusable.
+//
+// Limits: --max-header-bytes (431 from net/http) and --max-body-bytes (413
+// with the JSON body: at once for a Content-Length over it, as the read
+// crosses it for a chunked body); a cache miss waits at most
+// --cold-start-timeout, then 503 with Retry-After.
 //
 // Control plane (controlplane.go): the ring members are the ready endpoints
 // of the controllers' headless Service (an EndpointSlice informer,
@@ -45,6 +63,5 @@
 //
 // Not yet (issue 4): sidecar mode, the node-local address, oneshot
 // functions (handed out per request and released), concurrency limits and
-// queueing, negative caching of unknown names, retries beyond one dial
-// failure, per-instance cgroup CPU and memory in reports.
+// queueing, per-instance cgroup CPU and memory in reports.
 package noderouter

@@ -37,6 +37,7 @@ const (
 	reasonUpstreamTimeout    = "upstream_timeout"
 	reasonClientClosed       = "client_closed"
 	reasonOneshotUnsupported = "oneshot_unsupported"
+	reasonBodyTooLarge       = "body_too_large"
 )
 
 // answer is an error response the router writes itself.
@@ -89,9 +90,23 @@ func controllerAnswer(err error) (answer, string) {
 	}
 }
 
+// unknownAnswer is the 404 of a name the negative cache holds.
+func unknownAnswer(ref route.Ref) answer {
+	return answer{status: http.StatusNotFound, reason: reasonUnknownFunction, msg: "function " + ref.String() + " not found"}
+}
+
+// tooLargeAnswer is the 413 of a body over --max-body-bytes.
+func tooLargeAnswer(limit int64) answer {
+	return answer{status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge,
+		msg: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes", known: true}
+}
+
 // upstreamAnswer maps a proxy error (after any retry) to its answer.
 func upstreamAnswer(err error) answer {
+	var tooLarge *http.MaxBytesError
 	switch {
+	case errors.As(err, &tooLarge):
+		return tooLargeAnswer(tooLarge.Limit)
 	case errors.Is(err, context.Canceled):
 		return answer{status: StatusClientClosed, reason: reasonClientClosed, msg: "caller went away", known: true}
 	case errors.Is(err, context.DeadlineExceeded):

@@ -30,6 +30,7 @@ type metrics struct {
 	getInstanceSecs  prometheus.Histogram
 	cacheHit         prometheus.Counter
 	cacheMiss        prometheus.Counter
+	cacheNegative    prometheus.Counter
 	overhead         prometheus.Histogram
 	upstream         prometheus.Histogram
 	heartbeats       *prometheus.CounterVec
@@ -89,7 +90,7 @@ func newMetrics(node string) *metrics {
 		}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "retries_total",
-			Help: "Requests sent again to another instance after a dial failure.",
+			Help: "Requests sent again after an attempt failed before any response (a dial failure, or a broken connection of an idempotent request with no body sent).",
 		}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "evictions_total",
@@ -98,10 +99,11 @@ func newMetrics(node string) *metrics {
 	}
 	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "cache_lookups_total",
-		Help: "Assignment cache lookups, by result (hit, miss).",
+		Help: "Assignment cache lookups, by result (hit; miss: GetInstance asked; negative: a function recently reported unknown, answered 404 without asking).",
 	}, []string{"result"})
 	m.cacheHit = lookups.WithLabelValues("hit")
 	m.cacheMiss = lookups.WithLabelValues("miss")
+	m.cacheNegative = lookups.WithLabelValues("negative")
 	for _, res := range getInstanceResults {
 		m.getInstance.WithLabelValues(res)
 	}

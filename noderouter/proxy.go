@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -31,9 +32,14 @@ type proxy struct {
 	log              *slog.Logger
 	m                *metrics
 	cache            *route.Cache
+	negative         *route.Negative // nil: off
 	resolver         resolver
 	defaultNamespace string
 	requestTimeout   time.Duration
+	maxAttempts      int
+	backoffBase      time.Duration
+	backoffMax       time.Duration
+	maxBodyBytes     int64 // 0: no limit
 
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
@@ -58,14 +64,19 @@ func newTransport(cfg Config) *http.Transport {
 	}
 }
 
-func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, res resolver) *proxy {
+func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, negative *route.Negative, res resolver) *proxy {
 	p := &proxy{
 		log:              log,
 		m:                m,
 		cache:            cache,
+		negative:         negative,
 		resolver:         res,
 		defaultNamespace: cfg.DefaultNamespace,
 		requestTimeout:   cfg.RequestTimeout,
+		maxAttempts:      cfg.MaxAttempts,
+		backoffBase:      cfg.RetryBackoffBase,
+		backoffMax:       cfg.RetryBackoffMax,
+		maxBodyBytes:     cfg.MaxBodyBytes,
 		transport:        newTransport(cfg),
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -128,16 +139,27 @@ func (p *proxy) parse(r *http.Request) (route.Ref, error) {
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	var waited time.Duration // GetInstance time, not the router's own work
+	var waited time.Duration // GetInstance and retry backoff, not the router's own work
 
 	ref, err := p.parse(r)
 	if err != nil {
 		p.finish(w, nil, parseAnswer(err), ref)
 		return
 	}
+	if p.maxBodyBytes > 0 && r.ContentLength > p.maxBodyBytes {
+		// Known too large before a byte of it is read: no instance, no
+		// GetInstance. A body of unknown length is limited as it streams.
+		p.finish(w, nil, tooLargeAnswer(p.maxBodyBytes), ref)
+		return
+	}
 
 	e, a := p.cache.Lookup(ref)
 	if a == nil || len(a.Instances) == 0 {
+		if p.negative.Contains(ref, start) {
+			p.m.cacheNegative.Inc()
+			p.finish(w, nil, unknownAnswer(ref), ref)
+			return
+		}
 		p.m.cacheMiss.Inc()
 		var known uint64
 		if a != nil {
@@ -177,13 +199,30 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	out := r.WithContext(ctx)
 	var body *trackedBody
 	if r.Body != nil && r.Body != http.NoBody {
-		body = &trackedBody{rc: r.Body}
+		rc := r.Body
+		if p.maxBodyBytes > 0 && r.ContentLength < 0 {
+			// The transport returns the *http.MaxBytesError of the read that
+			// crosses the limit (a 413), and the server closes the caller's
+			// connection after the answer.
+			rc = http.MaxBytesReader(w, rc, p.maxBodyBytes)
+		}
+		body = &trackedBody{rc: rc}
 		out.Body = body
 	}
 
 	var upstream time.Duration
-	for try := 0; ; try++ {
-		in := a.Pick(e.NextPick())
+	// failed are the instances that failed this request, dead the pod UIDs
+	// of those evicted; both stay nil on the warm path.
+	var failed []*route.Instance
+	var dead []string
+	for n := 1; ; n++ {
+		pick := e.NextPick()
+		in := a.PickExcept(pick, failed)
+		if in == nil {
+			// Every instance left broke a connection once (dial failures
+			// are evicted): try the least loaded again rather than fail.
+			in = a.Pick(pick)
+		}
 		if in == nil {
 			p.finish(w, e, answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances,
 				msg: "the function has no usable instance", retryAfter: true, known: true}, ref)
@@ -194,28 +233,45 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if at.err == nil {
 			break
 		}
-		if try > 0 || !isDialError(at.err) || body.started() {
+		f := classify(at.err)
+		if f == failDial {
+			// The instance is gone (or never was): evict it, retried or not.
+			// A broken connection is not enough: the instance may be alive.
+			if p.cache.Evict(ref, in.PodUID) {
+				p.m.evictions.Inc()
+				p.log.Info("instance unreachable; evicted", "function", e.Key, "pod", in.Pod, "address", in.Address, "err", at.err)
+			}
+			dead = append(dead, in.PodUID)
+		}
+		if n >= p.maxAttempts || !retryable(f, idempotent(r.Method, r.Header.Get(HeaderIdempotencyKey) != ""), body.started()) {
 			p.finish(w, e, upstreamAnswer(at.err), ref)
 			return
 		}
-		// The instance is gone (or never was): evict it and send the request
-		// elsewhere, asking the owner only when the cached set runs dry.
-		p.log.Info("instance unreachable; evicted", "function", e.Key, "pod", in.Pod, "address", in.Address, "err", at.err)
-		p.cache.Evict(ref, in.PodUID)
-		p.m.evictions.Inc()
 		p.m.retries.Inc()
+		failed = append(failed, in)
+		if f != failDial {
+			p.log.Info("connection to instance broke before a response; retrying", "function", e.Key, "pod", in.Pod, "err", at.err)
+		}
+		t := time.Now()
+		if err := sleep(ctx, backoff(n, p.backoffBase, p.backoffMax, rand.Float64())); err != nil {
+			p.finish(w, e, upstreamAnswer(err), ref)
+			return
+		}
+		waited += time.Since(t)
 		if _, next := p.cache.Lookup(ref); next != nil && len(next.Instances) > 0 {
 			a = next
 			continue
 		}
-		t := time.Now()
-		e, a, err = p.resolver.resolve(r.Context(), ref, a.Generation, []string{in.PodUID})
+		// The cached set ran dry: ask the owner, naming what failed to dial.
+		t = time.Now()
+		ne, na, err := p.resolver.resolve(r.Context(), ref, a.Generation, dead)
 		waited += time.Since(t)
 		if err != nil {
 			ans, _ := controllerAnswer(err)
 			p.finish(w, e, ans, ref)
 			return
 		}
+		e, a = ne, na
 	}
 
 	e.Requests.Add(1)
@@ -257,7 +313,8 @@ func (p *proxy) finish(w http.ResponseWriter, e *route.Entry, ans answer, ref ro
 	ans.write(w, fn)
 }
 
-// trackedBody lets a request be sent again after a dial failure: it records
+// trackedBody lets a request be sent again after an attempt that read none
+// of its body (a dial failure, a connection broken first): it records
 // whether the transport read anything, and its Close (which the transport
 // calls even when the dial fails) closes the caller's body only once
 // something was read. The server closes the caller's body after the handler

@@ -511,6 +511,8 @@ func TestAdmin(t *testing.T) {
 			`skipper_noderouter_get_instance_total{node="node1",result="resource_exhausted"} 0`,
 			`skipper_noderouter_cache_lookups_total{node="node1",result="hit"} 0`,
 			`skipper_noderouter_cache_lookups_total{node="node1",result="miss"} 0`,
+			`skipper_noderouter_cache_lookups_total{node="node1",result="negative"} 0`,
+			`skipper_noderouter_evictions_total{node="node1"} 0`,
 			`skipper_noderouter_stream_reconnects_total{node="node1"} 0`,
 			`skipper_noderouter_retries_total{node="node1"} 0`,
 		} {
@@ -593,18 +595,19 @@ func TestUpstreamFailures(t *testing.T) {
 	})
 	h := startRouter(t, fake, func(c *Config) { c.RequestTimeout = 300 * time.Millisecond })
 	tests := []struct {
-		name, fn, path string
-		wantStatus     int
-		wantReason     string
+		name, method, fn, path string
+		wantStatus             int
+		wantReason             string
 	}{
-		{"instance drops the connection: not retried", "default/echo", "/?fail=1", 502, reasonUpstreamError},
-		{"router request timeout", "default/echo", "/?sleep=2s", 504, reasonUpstreamTimeout},
-		{"function timeout wins", "default/quick", "/?sleep=200ms", 504, reasonUpstreamTimeout},
-		{"instance status passes through", "default/echo", "/?status=503", 503, ""},
+		{"instance drops a GET: retried up to --max-attempts, then 502", "GET", "default/echo", "/?fail=1", 502, reasonUpstreamError},
+		{"instance drops a POST: not retried", "POST", "default/echo", "/?fail=1", 502, reasonUpstreamError},
+		{"router request timeout", "GET", "default/echo", "/?sleep=2s", 504, reasonUpstreamTimeout},
+		{"function timeout wins", "GET", "default/quick", "/?sleep=200ms", 504, reasonUpstreamTimeout},
+		{"instance status passes through", "GET", "default/echo", "/?status=503", 503, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := h.do(t, "GET", tt.path, map[string]string{"X-Skipper-Function": tt.fn}, "")
+			r := h.do(t, tt.method, tt.path, map[string]string{"X-Skipper-Function": tt.fn}, "")
 			if r.status != tt.wantStatus {
 				t.Fatalf("status = %d, want %d (%s)", r.status, tt.wantStatus, r.body)
 			}
@@ -620,8 +623,11 @@ func TestUpstreamFailures(t *testing.T) {
 			}
 		})
 	}
-	if got := counter(h.rt.m.retries); got != 0 {
-		t.Errorf("retries_total = %v, want 0 (only dial failures are retried)", got)
+	if got, want := counter(h.rt.m.retries), float64(DefaultConfig().MaxAttempts-1); got != want {
+		t.Errorf("retries_total = %v, want %v (the dropped GET only)", got, want)
+	}
+	if got := counter(h.rt.m.evictions); got != 0 {
+		t.Errorf("evictions_total = %v, want 0 (a dropped connection does not evict)", got)
 	}
 	if got := counter(h.rt.m.requests.WithLabelValues("default/echo", "503")); got != 1 {
 		t.Errorf("requests_total{default/echo,503} = %v, want 1", got)

@@ -77,8 +77,9 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 	}
 	m := newMetrics(cfg.NodeName)
 	cache := &route.Cache{}
-	cp := newControlPlane(cfg, log, m, cache, id)
-	return &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, cp)}
+	negative := route.NewNegative(cfg.NegativeCacheTTL, cfg.NegativeCacheSize)
+	cp := newControlPlane(cfg, log, m, cache, negative, id)
+	return &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, negative, cp)}
 }
 
 func incarnation() string {
@@ -112,7 +113,8 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	}
 
 	errLog := slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)
-	dataSrv := &http.Server{Handler: rt.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, ErrorLog: errLog}
+	dataSrv := &http.Server{Handler: rt.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog}
 	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	serve := func(srv *http.Server, ln net.Listener, what string) {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {

@@ -47,7 +47,11 @@ type Assignment struct {
 // Pick returns the instance with the fewest local in-flight requests,
 // scanning from index start (the caller rotates it) so ties spread round
 // robin. It returns nil when the set is empty.
-func (a *Assignment) Pick(start uint32) *Instance {
+func (a *Assignment) Pick(start uint32) *Instance { return a.PickExcept(start, nil) }
+
+// PickExcept is Pick over the instances not in except (those that already
+// failed the request being retried). It returns nil when none is left.
+func (a *Assignment) PickExcept(start uint32, except []*Instance) *Instance {
 	n := len(a.Instances)
 	if n == 0 {
 		return nil
@@ -56,6 +60,9 @@ func (a *Assignment) Pick(start uint32) *Instance {
 	bestLoad := int64(-1)
 	for i := range n {
 		in := a.Instances[(int(start%uint32(n))+i)%n]
+		if len(except) > 0 && slices.Contains(except, in) {
+			continue
+		}
 		if l := in.InFlight.Load(); bestLoad < 0 || l < bestLoad {
 			best, bestLoad = in, l
 			if l == 0 {

@@ -159,6 +159,39 @@ func TestPick(t *testing.T) {
 	}
 }
 
+func TestPickExcept(t *testing.T) {
+	a := &Assignment{}
+	for _, info := range infos("1", "2", "3") {
+		a.Instances = append(a.Instances, &Instance{InstanceInfo: info})
+	}
+	a.Instances[0].InFlight.Store(0)
+	a.Instances[1].InFlight.Store(5)
+	a.Instances[2].InFlight.Store(3)
+	i1, i2, i3 := a.Instances[0], a.Instances[1], a.Instances[2]
+	tests := []struct {
+		name   string
+		except []*Instance
+		want   string // "" for nil
+	}{
+		{"none excluded", nil, "1"},
+		{"least loaded excluded", []*Instance{i1}, "3"},
+		{"two excluded", []*Instance{i1, i3}, "2"},
+		{"all excluded", []*Instance{i1, i2, i3}, ""},
+		{"a stranger excluded", []*Instance{{InstanceInfo: InstanceInfo{PodUID: "1"}}}, "1"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := ""
+			if in := a.PickExcept(0, tt.except); in != nil {
+				got = in.PodUID
+			}
+			if got != tt.want {
+				t.Errorf("PickExcept = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
 func BenchmarkLookup(b *testing.B) {
 	var c Cache
 	for i := range 1000 {

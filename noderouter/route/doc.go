@@ -5,8 +5,9 @@
 // Names: ParseHeader and ParseHost turn the `x-skipper-function` header
 // (`<namespace>/<name>`, or a bare `<name>` given a default namespace) and a
 // `Host: <name>.<namespace>.fn` into a Ref whose parts are DNS labels
-// (RFC 1123, at most 63 characters). Both are allocation-free: a Ref's strings
-// are substrings of the input.
+// (RFC 1123, at most 63 characters). Both are allocation-free (ParseHost
+// unless the host has upper-case letters, which it folds, ASCII only): a
+// Ref's strings are substrings of the input.
 //
 // Cache: one Entry per function the router has resolved, kept for the life of
 // the process so that its cumulative counters (requests, errors) never go
@@ -16,6 +17,11 @@
 // are one atomic load of a copy-on-write map plus one atomic load of the
 // entry's assignment, so the warm path takes no lock and allocates nothing;
 // writers (cold misses, pushed updates, evictions) serialise on a mutex.
+//
+// Negative: the names the control plane reported unknown, each for a fixed
+// TTL, at most a fixed number of them (the oldest leaves first), so that a
+// flood of requests for an unknown name does not reach the control plane.
+// Only a cache miss consults it; it takes the time from its caller.
 //
 // Generations: an Assignment replaces the held one only when its generation
 // is newer, or when it is the same generation and the held set is empty (a

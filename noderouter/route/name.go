@@ -57,7 +57,9 @@ func ParseHost(host string) (r Ref, ok bool, err error) {
 	}
 	h = strings.TrimSuffix(h, ".")
 	if hasUpper(h) { // hosts are case-insensitive; names are lower case
-		h = strings.ToLower(h)
+		// ASCII only: strings.ToLower folds U+212A KELVIN SIGN to 'k', which
+		// made "\u212aecho.default.FN" name default/kecho (FuzzParseHost).
+		h = asciiLower(h)
 	}
 	if len(h) < len(HostSuffix) || !strings.EqualFold(h[len(h)-len(HostSuffix):], HostSuffix) {
 		return Ref{}, false, nil
@@ -87,6 +89,16 @@ func isDNSLabel(s string) bool {
 		}
 	}
 	return true
+}
+
+func asciiLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 func hasUpper(s string) bool {

@@ -65,6 +65,7 @@ func TestParseHost(t *testing.T) {
 		{"no namespace", "echo.fn", Ref{}, true, ErrMalformed},
 		{"extra label", "a.echo.default.fn", Ref{}, true, ErrMalformed},
 		{"bad label", "ec_ho.default.fn", Ref{}, true, ErrMalformed},
+		{"kelvin sign is not k", "\u212aecho.default.FN", Ref{}, true, ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -121,4 +122,59 @@ func BenchmarkParseHeader(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzParseHost checks ParseHost on its own: it never panics, reports an
+// error only for hosts ending in .fn, accepts only ASCII lower-case DNS
+// labels, and gives the same answer whatever the ASCII case, a port or a
+// trailing dot.
+func FuzzParseHost(f *testing.F) {
+	for _, s := range []string{
+		"echo.default.fn", "echo.default.fn:8380", "echo.default.fn.", "echo.default.fn.:80",
+		"Echo.Default.FN", "ECHO.DEFAULT.FN:1", "example.com", "198.51.100.11:8380", "[::1]:8380",
+		"[fe80::1%25eth0]:80", "", ".fn", "fn", "echo.fn", "a.echo.default.fn", "ec_ho.default.fn",
+		"echo.default.fn:", ":", "echo..fn", "-a.b.fn", "a-.b.fn", repeat('a', 63) + ".b.fn",
+		repeat('a', 64) + ".b.fn", "\u212aecho.default.FN", "echo.default.\u212an",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, host string) {
+		r, ok, err := ParseHost(host)
+		if !ok {
+			if err != nil || r != (Ref{}) {
+				t.Fatalf("ParseHost(%q) = %+v, %v, %v: not a function host, yet a ref or an error", host, r, ok, err)
+			}
+			return
+		}
+		if err != nil {
+			if r != (Ref{}) {
+				t.Fatalf("ParseHost(%q) returned %+v with error %v", host, r, err)
+			}
+			return
+		}
+		if !isDNSLabel(r.Namespace) || !isDNSLabel(r.Name) {
+			t.Fatalf("ParseHost(%q) accepted %+v", host, r)
+		}
+		for i := 0; i < len(host); i++ {
+			if host[i] >= 0x80 {
+				t.Fatalf("ParseHost(%q) accepted a non-ASCII host as %+v", host, r)
+			}
+		}
+		for _, v := range []string{asciiUpper(host), r.Name + "." + r.Namespace + ".fn", r.Name + "." + r.Namespace + ".fn.:443"} {
+			got, ok, err := ParseHost(v)
+			if got != r || !ok || err != nil {
+				t.Fatalf("ParseHost(%q) = %+v, %v, %v; ParseHost(%q) = %+v", v, got, ok, err, host, r)
+			}
+		}
+	})
+}
+
+func asciiUpper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
 }

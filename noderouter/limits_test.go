@@ -1,0 +1,507 @@
+package noderouter
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/noderouter/route"
+	pb "skipper.dev/skipper/proto/skipperv1"
+)
+
+// poll waits until cond holds.
+func poll(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("gave up waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// send makes one request, safe to call from many goroutines.
+func (h *harness) send(ctx context.Context, method, fn, path, body string) (int, []byte, error) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.url+path, rd)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set(HeaderFunction, fn)
+	resp, err := h.client.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
+}
+
+func reasonOf(t *testing.T, b []byte) string {
+	t.Helper()
+	var body errorBody
+	if err := json.Unmarshal(b, &body); err != nil {
+		t.Fatalf("body %q: %v", b, err)
+	}
+	return body.Reason
+}
+
+// TestNegativeCacheFlood: 1,000 concurrent requests for an unknown function
+// cost at most two GetInstance calls, and a Function created afterwards is
+// callable within 2s.
+func TestNegativeCacheFlood(t *testing.T) {
+	fake := startFakeController(t)
+	var mu sync.Mutex
+	var asked []time.Time
+	fake.handle("default/nope", func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		mu.Lock()
+		asked = append(asked, time.Now())
+		mu.Unlock()
+		return nil, statusNotFound("default/nope")
+	})
+	const ttl = time.Second // the default
+	h := startRouter(t, fake, nil)
+	const workers, each = 50, 20
+	start := time.Now()
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range workers {
+		wg.Go(func() {
+			for range each {
+				code, _, err := h.send(t.Context(), "GET", "default/nope", "/", "")
+				if err != nil || code != http.StatusNotFound {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	took := time.Since(start)
+	if n := bad.Load(); n != 0 {
+		t.Errorf("%d requests did not get 404", n)
+	}
+	mu.Lock()
+	calls := slices.Clone(asked)
+	mu.Unlock()
+	// However long the flood took (the race detector slows it), no window
+	// of one TTL holds more than two calls.
+	for i := range calls {
+		in := 0
+		for _, c := range calls[i:] {
+			if c.Sub(calls[i]) < ttl {
+				in++
+			}
+		}
+		if in > 2 {
+			t.Errorf("%d GetInstance calls within %v of call %d, want ≤ 2", in, ttl, i)
+		}
+	}
+	m := h.rt.m
+	neg, miss := counter(m.cacheNegative), counter(m.cacheMiss)
+	t.Logf("1000 requests in %v: %d GetInstance calls, %v negative hits, %v misses", took, len(calls), neg, miss)
+	if neg+miss != workers*each || neg < workers*each/2 {
+		t.Errorf("cache_lookups_total negative %v + miss %v, want %d, most of them negative", neg, miss, workers*each)
+	}
+	if got := counter(m.requests.WithLabelValues("", "404")); got != workers*each {
+		t.Errorf("requests_total{function=\"\",code=404} = %v, want %d", got, workers*each)
+	}
+	r := h.call(t, "default/nope")
+	if r.status != 404 || reasonOf(t, r.body) != reasonUnknownFunction || r.header.Get("Content-Type") != "application/json" {
+		t.Errorf("negative answer: %d %s %q", r.status, r.header.Get("Content-Type"), r.body)
+	}
+
+	// The function is created: it answers within 2s (the brief), without
+	// anyone flushing the negative cache.
+	fake.handle("default/nope", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	created := time.Now()
+	poll(t, "the new function to answer", func() bool { return h.call(t, "default/nope").status == 200 })
+	if d := time.Since(created); d > 2*time.Second {
+		t.Errorf("new function callable after %v, want ≤ 2s", d)
+	}
+}
+
+func TestNegativeCacheOff(t *testing.T) {
+	fake := startFakeController(t)
+	h := startRouter(t, fake, func(c *Config) { c.NegativeCacheTTL = 0 })
+	for range 3 {
+		if r := h.call(t, "default/nope"); r.status != 404 {
+			t.Fatalf("status %d", r.status)
+		}
+	}
+	if got := len(fake.getCalls()); got != 3 {
+		t.Errorf("GetInstance calls = %d, want 3 with the negative cache off", got)
+	}
+}
+
+// startEchoServer is startEcho returning the server, to kill it.
+func startEchoServer(t *testing.T, uid string) *httptest.Server {
+	t.Helper()
+	cfg := echo.DefaultConfig()
+	cfg.PodUID, cfg.PodName = uid, "pod-"+uid
+	ts := httptest.NewServer(echo.NewServer(cfg, slog.New(slog.DiscardHandler)))
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// TestKillInstanceMidLoad kills one of three instances (its listener and
+// every connection) under load: no idempotent request is lost.
+func TestKillInstanceMidLoad(t *testing.T) {
+	fake := startFakeController(t)
+	a, b, c := startEchoServer(t, "a"), startEchoServer(t, "b"), startEchoServer(t, "c")
+	fake.handle("default/echo", fixed(1,
+		inst("a", a.Listener.Addr().String()), inst("b", b.Listener.Addr().String()), inst("c", c.Listener.Addr().String())))
+	h := startRouter(t, fake, nil)
+
+	const workers = 8
+	var done atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []string
+	methods := []string{"GET", "HEAD", "DELETE", "OPTIONS", "PUT"}
+	for w := range workers {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				// The sleep keeps requests in flight on the instance when it dies.
+				method := methods[(w+i)%len(methods)]
+				code, body, err := h.send(t.Context(), method, "default/echo", "/?sleep=1ms", "")
+				if err != nil || code != 200 {
+					mu.Lock()
+					failures = append(failures, method+": "+http.StatusText(code)+" "+string(body)+" "+errString(err))
+					mu.Unlock()
+				}
+				done.Add(1)
+			}
+		})
+	}
+	poll(t, "warm load", func() bool { return done.Load() >= 200 })
+	b.Listener.Close()
+	b.CloseClientConnections()
+	killed := done.Load()
+	poll(t, "load after the kill", func() bool { return done.Load() >= killed+400 })
+	close(stop)
+	wg.Wait()
+
+	if len(failures) > 0 {
+		t.Errorf("%d of %d requests failed, e.g. %q", len(failures), done.Load(), failures[0])
+	}
+	m := h.rt.m
+	if got := counter(m.evictions); got != 1 {
+		t.Errorf("evictions_total = %v, want 1 (the killed instance)", got)
+	}
+	if got := counter(m.retries); got < 1 {
+		t.Errorf("retries_total = %v, want ≥ 1", got)
+	}
+	if _, as := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"}); len(as.Instances) != 2 {
+		t.Errorf("instances cached after the kill = %d, want 2", len(as.Instances))
+	}
+	if got := len(fake.getCalls()); got != 1 {
+		t.Errorf("GetInstance calls = %d, want 1 (two instances were left)", got)
+	}
+	t.Logf("%d requests, %v retries", done.Load(), counter(m.retries))
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// deadAfterAccept is an instance that accepts a connection, reads the whole
+// request, body included, and closes the connection without an answer.
+type deadAfterAccept struct {
+	ln       net.Listener
+	accepted atomic.Int64
+	bodies   chan string
+}
+
+func startDeadAfterAccept(t *testing.T) *deadAfterAccept {
+	t.Helper()
+	d := &deadAfterAccept{ln: listen(t), bodies: make(chan string, 16)}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			conn, err := d.ln.Accept()
+			if err != nil {
+				return
+			}
+			d.accepted.Add(1)
+			wg.Go(func() {
+				defer conn.Close()
+				req, err := http.ReadRequest(bufio.NewReader(conn))
+				if err != nil {
+					return
+				}
+				b, _ := io.ReadAll(req.Body)
+				select {
+				case d.bodies <- string(b):
+				default:
+				}
+			})
+		}
+	})
+	t.Cleanup(func() {
+		d.ln.Close()
+		wg.Wait()
+	})
+	return d
+}
+
+func TestDeadAfterAccept(t *testing.T) {
+	tests := []struct {
+		name        string
+		method      string
+		body        string
+		hdr         string // Idempotency-Key
+		wantStatus  int
+		wantRetries float64
+		wantGood    int64 // requests the healthy instance saw
+	}{
+		{"POST with a body sent: not retried", "POST", "charge the card", "", 502, 0, 0},
+		{"POST with a body and an Idempotency-Key, body sent: not retried", "POST", "charge the card", "k-1", 502, 0, 0},
+		{"PATCH with a body sent: not retried", "PATCH", "x", "", 502, 0, 0},
+		{"GET: retried on the other instance", "GET", "", "", 200, 1, 1},
+		{"POST without a body, with an Idempotency-Key: retried", "POST", "", "k-2", 200, 1, 1},
+		{"POST without a body: not retried", "POST", "", "", 502, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := startFakeController(t)
+			dead := startDeadAfterAccept(t)
+			var good atomic.Int64
+			cfg := echo.DefaultConfig()
+			cfg.PodUID = "good"
+			eh := echo.NewServer(cfg, slog.New(slog.DiscardHandler))
+			ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				good.Add(1)
+				eh.ServeHTTP(w, r)
+			}))
+			t.Cleanup(ts.Close)
+			// The first pick scans from index 1: the dead instance.
+			fake.handle("default/echo", fixed(1, inst("good", ts.Listener.Addr().String()), inst("dead", dead.ln.Addr().String())))
+			h := startRouter(t, fake, nil)
+
+			var rd io.Reader
+			if tt.body != "" {
+				rd = strings.NewReader(tt.body)
+			}
+			req, _ := http.NewRequestWithContext(t.Context(), tt.method, h.url+"/", rd)
+			req.Header.Set(HeaderFunction, "default/echo")
+			if tt.hdr != "" {
+				req.Header.Set(HeaderIdempotencyKey, tt.hdr)
+			}
+			resp, err := h.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.wantStatus {
+				t.Fatalf("status %d, want %d (%s)", resp.StatusCode, tt.wantStatus, b)
+			}
+			if tt.wantStatus == 502 && reasonOf(t, b) != reasonUpstreamError {
+				t.Errorf("body %s, want reason %s", b, reasonUpstreamError)
+			}
+			if dead.accepted.Load() != 1 {
+				t.Errorf("the dead instance accepted %d connections, want 1", dead.accepted.Load())
+			}
+			if tt.body != "" {
+				if got := <-dead.bodies; got != tt.body {
+					t.Errorf("the dead instance read body %q, want it all: %q", got, tt.body)
+				}
+			}
+			if got := good.Load(); got != tt.wantGood {
+				t.Errorf("the healthy instance saw %d requests, want %d", got, tt.wantGood)
+			}
+			m := h.rt.m
+			if got := counter(m.retries); got != tt.wantRetries {
+				t.Errorf("retries_total = %v, want %v", got, tt.wantRetries)
+			}
+			if got := counter(m.evictions); got != 0 {
+				t.Errorf("evictions_total = %v, want 0 (it accepted: it is alive)", got)
+			}
+		})
+	}
+}
+
+// TestBackoffRespectsCancellation: a caller that goes away while the router
+// waits to retry ends the wait.
+func TestBackoffRespectsCancellation(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
+	h := startRouter(t, fake, func(c *Config) { c.RetryBackoffBase, c.RetryBackoffMax = time.Hour, time.Hour })
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, _, err := h.send(ctx, "GET", "default/echo", "/", "")
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v, want the caller's deadline", err)
+	}
+	m := h.rt.m
+	poll(t, "the router to answer the gone caller", func() bool {
+		return counter(m.requests.WithLabelValues("default/echo", "499")) == 1
+	})
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the router waited %v after the caller left", d)
+	}
+	if got := counter(m.retries); got != 1 {
+		t.Errorf("retries_total = %v, want 1 (the wait was cut short)", got)
+	}
+}
+
+// TestRequestTimeoutBoundsBackoff: the request timeout ends a backoff too.
+func TestRequestTimeoutBoundsBackoff(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
+	h := startRouter(t, fake, func(c *Config) {
+		c.RetryBackoffBase, c.RetryBackoffMax = time.Hour, time.Hour
+		c.RequestTimeout = 200 * time.Millisecond
+	})
+	r := h.call(t, "default/echo")
+	if r.status != http.StatusGatewayTimeout || reasonOf(t, r.body) != reasonUpstreamTimeout {
+		t.Errorf("status %d %s, want 504 %s", r.status, r.body, reasonUpstreamTimeout)
+	}
+}
+
+func TestMaxAttempts(t *testing.T) {
+	fake := startFakeController(t)
+	dead := []*pb.Instance{inst("d1", deadAddress(t)), inst("d2", deadAddress(t)), inst("d3", deadAddress(t)), inst("d4", deadAddress(t))}
+	fake.handle("default/echo", fixed(1, dead...))
+	h := startRouter(t, fake, func(c *Config) { c.MaxAttempts = 2 })
+	r := h.call(t, "default/echo")
+	if r.status != http.StatusServiceUnavailable || reasonOf(t, r.body) != reasonNoInstances || r.header.Get("Retry-After") == "" {
+		t.Errorf("status %d %s %v, want 503 %s with Retry-After", r.status, r.body, r.header, reasonNoInstances)
+	}
+	m := h.rt.m
+	if got := counter(m.retries); got != 1 {
+		t.Errorf("retries_total = %v, want 1 (2 attempts)", got)
+	}
+	if got := counter(m.evictions); got != 2 {
+		t.Errorf("evictions_total = %v, want 2", got)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	const limit = 1000
+	h := startRouter(t, fake, func(c *Config) { c.MaxBodyBytes = limit })
+
+	t.Run("body within the limit", func(t *testing.T) {
+		r := h.do(t, "POST", "/", map[string]string{HeaderFunction: "default/echo"}, strings.Repeat("x", limit))
+		if got := decodeEcho(t, r); r.status != 200 || len(got.Body) != limit {
+			t.Fatalf("status %d, body of %d bytes", r.status, len(got.Body))
+		}
+	})
+	big := strings.Repeat("x", limit+1)
+	for _, tt := range []struct {
+		name    string
+		chunked bool
+	}{{"Content-Length over the limit", false}, {"chunked body over the limit", true}} {
+		t.Run(tt.name, func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", h.url+"/", strings.NewReader(big))
+			if tt.chunked {
+				req.ContentLength = -1 // unknown: sent chunked
+			}
+			req.Header.Set(HeaderFunction, "default/echo")
+			resp, err := h.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/json" || reasonOf(t, b) != reasonBodyTooLarge {
+				t.Errorf("status %d %s %s, want 413 JSON %s", resp.StatusCode, resp.Header.Get("Content-Type"), b, reasonBodyTooLarge)
+			}
+		})
+	}
+	t.Run("header over --max-header-bytes", func(t *testing.T) {
+		r := h.do(t, "GET", "/", map[string]string{HeaderFunction: "default/echo", "X-Big": strings.Repeat("h", 80<<10)}, "")
+		if r.status != http.StatusRequestHeaderFieldsTooLarge {
+			t.Errorf("status %d, want 431", r.status)
+		}
+	})
+	if got := counter(h.rt.m.retries); got != 0 {
+		t.Errorf("retries_total = %v, want 0", got)
+	}
+}
+
+// TestColdStartTimeout: the cold path is bounded by --cold-start-timeout,
+// whether the owner is slow to find an instance or never answers at all,
+// and ends in a 503 with Retry-After and a JSON reason.
+func TestColdStartTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	slow := startFakeController(t)
+	slow.handle("default/echo", func(ctx context.Context, _ *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		<-ctx.Done() // no instance becomes ready
+		return nil, ctx.Err()
+	})
+	// mute accepts connections and never says a word: neither the stream
+	// nor GetInstance gets anywhere.
+	mute := listen(t)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := mute.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	})
+	t.Cleanup(func() {
+		mute.Close()
+		wg.Wait()
+	})
+	for _, tt := range []struct {
+		name string
+		addr string
+	}{{"owner finds no instance", slow.addr}, {"owner never answers", mute.Addr().String()}} {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := &fakeController{addr: tt.addr}
+			h := startRouter(t, fake, func(c *Config) { c.ColdStartTimeout = timeout })
+			start := time.Now()
+			r := h.call(t, "default/echo")
+			took := time.Since(start)
+			if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != retryAfter ||
+				r.header.Get("Content-Type") != "application/json" || reasonOf(t, r.body) != reasonColdStartTimeout {
+				t.Errorf("answer %d %v %s, want 503 with Retry-After and reason %s", r.status, r.header, r.body, reasonColdStartTimeout)
+			}
+			if took < timeout || took > timeout+2*time.Second {
+				t.Errorf("answered after %v, want about %v", took, timeout)
+			}
+			if got := counter(h.rt.m.getInstance.WithLabelValues(resultDeadlineExceeded)); got != 1 {
+				t.Errorf("get_instance_total{deadline_exceeded} = %v, want 1", got)
+			}
+		})
+	}
+}
