@@ -61,11 +61,15 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config)) *harn
 	go func() { done <- rt.run(ctx, data, admin, nil) }()
 	tr := &http.Transport{}
 	t.Cleanup(func() {
+		// Close the client's idle connections first: a connection the client
+		// dialled but never used is StateNew on the server, and
+		// http.Server.Shutdown waits 5s before it counts such a connection as
+		// idle (net/http issue 22682), longer than ShutdownTimeout here.
+		tr.CloseIdleConnections()
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("router run: %v", err)
 		}
-		tr.CloseIdleConnections()
 	})
 	return &harness{fake: fake, rt: rt, url: "http://" + data.Addr().String(), admin: "http://" + admin.Addr().String(), client: &http.Client{Transport: tr}}
 }
