@@ -251,7 +251,7 @@ func (c *controller) syncNamespace(ctx context.Context, ns string) error {
 // syncRing rebuilds the ring from the EndpointSlices and recounts owned
 // functions.
 func (c *controller) syncRing() {
-	members := ringMembers(c.cache.slices())
+	members := ring.MembersFromEndpointSlices(c.cache.slices(), ring.PortName)
 	old := c.ring.Load()
 	var r *ring.Ring
 	if len(members) > 0 {

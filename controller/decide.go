@@ -12,7 +12,6 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -21,61 +20,6 @@ import (
 // This file holds the controller's decisions as pure functions of their
 // inputs: no API calls, no clock, no goroutines. The loops elsewhere feed
 // them informer state and carry out what they return.
-
-// ringPortName is the EndpointSlice port whose number joins each address to
-// form a ring member; without it the slice's first port is used.
-const ringPortName = "grpc"
-
-// ringMembers returns the sorted ring members ("ip:port") from the
-// EndpointSlices of the controller Service: every ready, non-terminating
-// endpoint's first address, joined with the slice's grpc port. Controllers
-// and routers read the same source, so they agree on the ring.
-func ringMembers(slices_ []*discoveryv1.EndpointSlice) []string {
-	var out []string
-	for _, s := range slices_ {
-		port, ok := slicePort(s)
-		if !ok {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			if len(ep.Addresses) == 0 || !endpointReady(ep.Conditions) {
-				continue
-			}
-			out = append(out, net.JoinHostPort(ep.Addresses[0], strconv.Itoa(int(port))))
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func slicePort(s *discoveryv1.EndpointSlice) (int32, bool) {
-	var first *discoveryv1.EndpointPort
-	for i := range s.Ports {
-		p := &s.Ports[i]
-		if p.Port == nil {
-			continue
-		}
-		if p.Name != nil && *p.Name == ringPortName {
-			return *p.Port, true
-		}
-		if first == nil {
-			first = p
-		}
-	}
-	if first == nil {
-		return 0, false
-	}
-	return *first.Port, true
-}
-
-// endpointReady follows the EndpointSlice API: a nil Ready means unknown and
-// is read as ready, but a terminating endpoint is never a member.
-func endpointReady(c discoveryv1.EndpointConditions) bool {
-	if c.Terminating != nil && *c.Terminating {
-		return false
-	}
-	return c.Ready == nil || *c.Ready
-}
 
 // podReady reports whether a pod can serve: Running, Ready, not terminating,
 // with an IP.

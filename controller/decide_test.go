@@ -32,59 +32,6 @@ func ep(addr string, ready, terminating *bool) discoveryv1.Endpoint {
 	return discoveryv1.Endpoint{Addresses: []string{addr}, Conditions: discoveryv1.EndpointConditions{Ready: ready, Terminating: terminating}}
 }
 
-func TestRingMembers(t *testing.T) {
-	tests := []struct {
-		name   string
-		slices []*discoveryv1.EndpointSlice
-		want   []string
-	}{
-		{name: "none", want: nil},
-		{
-			name: "ready and unknown are members, not-ready and terminating are not",
-			slices: []*discoveryv1.EndpointSlice{slice("a", ptr[int32](9090), "grpc",
-				ep("198.18.1.5", ptr(true), nil),
-				ep("198.18.1.6", nil, nil),
-				ep("198.18.1.7", ptr(false), nil),
-				ep("198.18.1.8", ptr(true), ptr(true)),
-			)},
-			want: []string{"198.18.1.5:9090", "198.18.1.6:9090"},
-		},
-		{
-			name: "several slices, duplicates merged, sorted",
-			slices: []*discoveryv1.EndpointSlice{
-				slice("a", ptr[int32](9090), "grpc", ep("198.18.1.9", ptr(true), nil)),
-				slice("b", ptr[int32](9090), "grpc", ep("198.18.1.2", ptr(true), nil), ep("198.18.1.9", ptr(true), nil)),
-			},
-			want: []string{"198.18.1.2:9090", "198.18.1.9:9090"},
-		},
-		{
-			name:   "slice without ports contributes nothing",
-			slices: []*discoveryv1.EndpointSlice{slice("a", nil, "", ep("198.18.1.5", ptr(true), nil))},
-			want:   nil,
-		},
-		{
-			name:   "IPv6 addresses are bracketed",
-			slices: []*discoveryv1.EndpointSlice{slice("a", ptr[int32](9090), "grpc", ep("fd00::5", ptr(true), nil))},
-			want:   []string{"[fd00::5]:9090"},
-		},
-		{
-			name: "grpc port preferred over the first",
-			slices: []*discoveryv1.EndpointSlice{{
-				Ports:     []discoveryv1.EndpointPort{{Name: ptr("http"), Port: ptr[int32](9091)}, {Name: ptr("grpc"), Port: ptr[int32](9090)}},
-				Endpoints: []discoveryv1.Endpoint{ep("198.18.1.5", nil, nil)},
-			}},
-			want: []string{"198.18.1.5:9090"},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, ringMembers(tt.slices)); diff != "" {
-				t.Errorf("ringMembers (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func testFunction(name string) *v1alpha1.Function {
 	return &v1alpha1.Function{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name, UID: types.UID("fn-" + name)},

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"slices"
-	"strconv"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,51 +14,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"skipper.dev/skipper/controller/ring"
 )
-
-// membersFromSlices returns the ring members in eps: "ip:port" of every
-// ready endpoint, on the port named portName (the first port when none has
-// that name), sorted and without duplicates.
-func membersFromSlices(eps []*discoveryv1.EndpointSlice, portName string) []string {
-	var out []string
-	for _, s := range eps {
-		port, ok := slicePort(s, portName)
-		if !ok {
-			continue
-		}
-		for _, ep := range s.Endpoints {
-			// Ready unset means ready (EndpointConditions' documented default).
-			if ep.Conditions.Ready != nil && !*ep.Conditions.Ready {
-				continue
-			}
-			for _, ip := range ep.Addresses {
-				out = append(out, net.JoinHostPort(ip, strconv.Itoa(int(port))))
-			}
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-func slicePort(s *discoveryv1.EndpointSlice, name string) (int32, bool) {
-	var first *discoveryv1.EndpointPort
-	for i := range s.Ports {
-		p := &s.Ports[i]
-		if p.Port == nil {
-			continue
-		}
-		if p.Name != nil && *p.Name == name {
-			return *p.Port, true
-		}
-		if first == nil {
-			first = p
-		}
-	}
-	if first == nil {
-		return 0, false
-	}
-	return *first.Port, true
-}
 
 // kubeClient builds a clientset from kubeconfig, or in-cluster config when
 // it is empty.
@@ -101,7 +56,7 @@ func watchMembers(ctx context.Context, cs kubernetes.Interface, namespace, servi
 			log.Warn("list controller endpoint slices", "err", err)
 			return
 		}
-		set(membersFromSlices(list, portName))
+		set(ring.MembersFromEndpointSlices(list, portName))
 	}
 	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(any) { update() },

@@ -12,42 +12,6 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-func TestMembersFromSlices(t *testing.T) {
-	ptr := func(v bool) *bool { return &v }
-	port := func(name string, p int32) discoveryv1.EndpointPort {
-		return discoveryv1.EndpointPort{Name: &name, Port: &p}
-	}
-	ep := func(ready *bool, ips ...string) discoveryv1.Endpoint {
-		return discoveryv1.Endpoint{Addresses: ips, Conditions: discoveryv1.EndpointConditions{Ready: ready}}
-	}
-	tests := []struct {
-		name   string
-		slices []*discoveryv1.EndpointSlice
-		want   []string
-	}{
-		{"none", nil, nil},
-		{"ready, unready and unset", []*discoveryv1.EndpointSlice{{
-			Ports:     []discoveryv1.EndpointPort{port("http", 9091), port("grpc", 9090)},
-			Endpoints: []discoveryv1.Endpoint{ep(ptr(true), "198.18.1.5"), ep(ptr(false), "198.18.1.6"), ep(nil, "198.18.1.7")},
-		}}, []string{"198.18.1.5:9090", "198.18.1.7:9090"}},
-		{"first port when none is named grpc; duplicates across slices", []*discoveryv1.EndpointSlice{
-			{Ports: []discoveryv1.EndpointPort{port("", 7000)}, Endpoints: []discoveryv1.Endpoint{ep(ptr(true), "198.18.2.2")}},
-			{Ports: []discoveryv1.EndpointPort{port("grpc", 7000)}, Endpoints: []discoveryv1.Endpoint{ep(ptr(true), "198.18.2.2", "198.18.2.1")}},
-		}, []string{"198.18.2.1:7000", "198.18.2.2:7000"}},
-		{"no ports", []*discoveryv1.EndpointSlice{{Endpoints: []discoveryv1.Endpoint{ep(nil, "198.18.1.5")}}}, nil},
-		{"ipv6", []*discoveryv1.EndpointSlice{{
-			Ports: []discoveryv1.EndpointPort{port("grpc", 9090)}, Endpoints: []discoveryv1.Endpoint{ep(nil, "fd00::5")},
-		}}, []string{"[fd00::5]:9090"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.want, membersFromSlices(tt.slices, "grpc")); diff != "" {
-				t.Errorf("members (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestWatchMembers(t *testing.T) {
 	ready := true
 	name, port := "grpc", int32(9090)
