@@ -8,6 +8,8 @@
 // router that sees the same members computes the same ring and epoch.
 //
 // Both the controller and the router build rings from the same source (the
-// ready endpoints of the headless Service's EndpointSlices). The package is
-// pure: no I/O, no clock, safe for concurrent use once built.
+// ready endpoints of the headless Service's EndpointSlices), through the one
+// rule in MembersFromEndpointSlices, so the same slices give the same ring on
+// either side. The package is pure: no I/O, no clock, safe for concurrent use
+// once built; it reads Kubernetes EndpointSlice types but never a client.
 package ring
