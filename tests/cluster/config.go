@@ -21,7 +21,7 @@ type Config struct {
 	State State
 	// BinDir holds bin/kube's symlinks and the Skipper binaries. Default: <RepoDir>/bin.
 	BinDir string
-	// Nodes is the node count. Default 1.
+	// Nodes is the node count. Default 2.
 	Nodes int
 	// Apply lists kustomize directories applied in order with
 	// `kubectl apply --server-side -k`. Default: deploy/overlays/local, deploy/examples.
@@ -76,7 +76,7 @@ func (c *Config) defaults() error {
 	}
 	c.BinDir = abs(c.BinDir)
 	if c.Nodes == 0 {
-		c.Nodes = 1
+		c.Nodes = 2
 	}
 	if c.Apply == nil {
 		c.Apply = []string{"deploy/overlays/local", "deploy/examples"}
@@ -202,7 +202,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&c.RepoDir, "repo", envOr("SKIPPER_REPO", ""), "repository root; relative paths resolve against it (default: working directory) [SKIPPER_REPO]")
 	fs.StringVar(&c.State.Dir, "state-dir", envOr("SKIPPER_STATE_DIR", ".skipper"), "state directory: pki, pid files, logs, env [SKIPPER_STATE_DIR]")
 	fs.StringVar(&c.BinDir, "bin-dir", envOr("SKIPPER_BIN_DIR", "bin"), "directory with kube's symlinks and the Skipper binaries [SKIPPER_BIN_DIR]")
-	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 1), "number of nodes [SKIPPER_NODES]")
+	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 2), "number of nodes [SKIPPER_NODES]")
 	c.Apply = []string{"deploy/overlays/local", "deploy/examples"}
 	fs.Var(&listFlag{vals: &c.Apply}, "apply", "kustomize directory to apply, in order; repeatable; an empty value applies nothing")
 	c.ImageDirs = nil
