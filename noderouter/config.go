@@ -7,9 +7,13 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"skipper.dev/skipper/bpf"
 )
 
 // Modes the router runs in.
@@ -101,7 +105,42 @@ type Config struct {
 
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+
+	// LocalAddress is the node-local IPv4 address the router keeps on the
+	// node (dummy link skipper0, or lo:skipper where dummy links are
+	// unsupported) and also serves the data plane on, at LocalPort; BPF
+	// steering rewrites calls to it. Empty disables it (and BPF).
+	LocalAddress string
+	// LocalPort is the data-plane port on LocalAddress.
+	LocalPort int
+	// LocalAddressInterval is how often the address is reconciled.
+	LocalAddressInterval time.Duration
+
+	// BPF is BPFOff, BPFAuto (steer when the kernel and capabilities allow,
+	// otherwise run without) or BPFRequired (fail start-up without).
+	BPF string
+	// BPFCgroup is the cgroup2 directory the steering programs attach to;
+	// empty: the cgroup2 mount found in /proc/mounts (the host's root with
+	// a hostPath mount in a DaemonSet; the local cluster passes each node's
+	// own cgroup).
+	BPFCgroup string
+	// BPFPinDir is a bpffs directory where links and maps are pinned so
+	// steering survives a router restart; empty: nothing pinned.
+	BPFPinDir string
+	// BPFVIPs are the steered destinations (ip:port): the skipper
+	// Service's ClusterIP:80.
+	BPFVIPs []string
+	// BPFMaxAge is how long steering stays on after the router's last
+	// liveness heartbeat (sent every BPFMaxAge/4); then calls fail open.
+	BPFMaxAge time.Duration
 }
+
+// BPF modes (--bpf).
+const (
+	BPFOff      = "off"
+	BPFAuto     = "auto"
+	BPFRequired = "required"
+)
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
@@ -130,6 +169,13 @@ func DefaultConfig() Config {
 		MaxHeaderBytes:      64 << 10,
 		MaxBodyBytes:        0,
 		LogLevel:            "info",
+
+		LocalAddress:         "169.254.20.20",
+		LocalPort:            80,
+		LocalAddressInterval: 10 * time.Second,
+		BPF:                  BPFOff,
+		BPFPinDir:            "/sys/fs/bpf/skipper",
+		BPFMaxAge:            bpf.DefaultMaxAge,
 	}
 }
 
@@ -209,7 +255,51 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.validateSteering()...)
 	return errors.Join(errs...)
+}
+
+func (c Config) validateSteering() []error {
+	var errs []error
+	if c.LocalAddress != "" {
+		if a, err := netip.ParseAddr(c.LocalAddress); err != nil || !a.Is4() {
+			errs = append(errs, fmt.Errorf("--local-address %q: want an IPv4 address, or empty to disable", c.LocalAddress))
+		}
+	}
+	if c.LocalPort < 1 || c.LocalPort > 65535 {
+		errs = append(errs, fmt.Errorf("--local-port %d: want 1 to 65535", c.LocalPort))
+	}
+	if c.LocalAddressInterval <= 0 {
+		errs = append(errs, fmt.Errorf("--local-address-interval %s must be positive", c.LocalAddressInterval))
+	}
+	switch c.BPF {
+	case BPFOff:
+		return errs
+	case BPFAuto, BPFRequired:
+	default:
+		return append(errs, fmt.Errorf("--bpf %q: want %s, %s or %s", c.BPF, BPFOff, BPFAuto, BPFRequired))
+	}
+	if c.LocalAddress == "" {
+		errs = append(errs, fmt.Errorf("--bpf=%s needs --local-address: steered calls go there", c.BPF))
+	}
+	if len(c.BPFVIPs) == 0 {
+		errs = append(errs, fmt.Errorf("--bpf=%s needs --bpf-vips (the skipper Service's ClusterIP:80)", c.BPF))
+	}
+	for _, v := range c.BPFVIPs {
+		if ap, err := netip.ParseAddrPort(v); err != nil || !ap.Addr().Unmap().Is4() {
+			errs = append(errs, fmt.Errorf("--bpf-vips: %q: want IPv4 ip:port", v))
+		}
+	}
+	if c.BPFCgroup != "" && !filepath.IsAbs(c.BPFCgroup) {
+		errs = append(errs, fmt.Errorf("--bpf-cgroup %q: want an absolute path", c.BPFCgroup))
+	}
+	if c.BPFPinDir != "" && !filepath.IsAbs(c.BPFPinDir) {
+		errs = append(errs, fmt.Errorf("--bpf-pin-dir %q: want an absolute path", c.BPFPinDir))
+	}
+	if c.BPFMaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("--bpf-max-age %s must be positive", c.BPFMaxAge))
+	}
+	return errs
 }
 
 // maxNegativeCacheTTL keeps the brief's promise that a new Function is
@@ -309,6 +399,16 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted; larger: 413; 0: no limit")
 	envs("max-body-bytes")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	str(&c.LocalAddress, "local-address", "node-local IPv4 address kept on dummy link skipper0 (or as lo:skipper where dummy links are unsupported) and served on at --local-port; BPF steers calls there; needs CAP_NET_ADMIN (and CAP_NET_BIND_SERVICE for a port below 1024); empty: off")
+	fs.IntVar(&c.LocalPort, "local-port", c.LocalPort, "data-plane port on --local-address")
+	envs("local-port")
+	dur(&c.LocalAddressInterval, "local-address-interval", "how often --local-address is checked and restored if removed")
+	str(&c.BPF, "bpf", "eBPF steering of calls to --bpf-vips to --local-address: off; auto (on when the kernel and capabilities allow, otherwise logged and off); required (start-up fails without it)")
+	str(&c.BPFCgroup, "bpf-cgroup", "cgroup2 directory whose sockets are steered; empty: the cgroup2 mount in /proc/mounts (in a DaemonSet, the host's cgroup2 root by hostPath; the local cluster passes each node's own cgroup)")
+	str(&c.BPFPinDir, "bpf-pin-dir", "bpffs directory where steering is pinned so it survives router restarts; empty: not pinned")
+	fs.Var(listFlag{&c.BPFVIPs}, "bpf-vips", "comma-separated ip:port list of steered destinations: the skipper Service's ClusterIP:80")
+	envs("bpf-vips")
+	dur(&c.BPFMaxAge, "bpf-max-age", "steering stays on this long after the router's last liveness heartbeat (sent every quarter of it), then calls fail open to the Service")
 	return fs, env
 }
 
@@ -353,6 +453,11 @@ are made on. A request names its function with the header
 "x-skipper-function: <namespace>/<name>" or "Host: <name>.<namespace>.fn"; the
 router proxies it to an instance it has cached, asking the function's owning
 controller (GetInstance) only on a miss.
+
+Subcommands:
+  skipper-noderouter bpf-cleanup [--bpf-pin-dir DIR] [--local-address ADDR]
+        uninstall: detach and unpin the BPF steering under --bpf-pin-dir and
+        remove the node-local address (see bpf-cleanup --help)
 
 Flags (each falls back to the environment variables shown; flags win):
 `)

@@ -37,7 +37,8 @@ func TestHelpGolden(t *testing.T) {
 }
 
 func TestParseConfig(t *testing.T) {
-	for _, k := range []string{"KUBECONFIG", "POD_NAMESPACE", "SKIPPER_NODE_NAME", "SKIPPER_LISTEN", "SKIPPER_DEFAULT_NAMESPACE"} {
+	for _, k := range []string{"KUBECONFIG", "POD_NAMESPACE", "SKIPPER_NODE_NAME", "SKIPPER_LISTEN", "SKIPPER_DEFAULT_NAMESPACE",
+		"SKIPPER_BPF", "SKIPPER_BPF_CGROUP", "SKIPPER_BPF_PIN_DIR", "SKIPPER_BPF_MAX_AGE", "SKIPPER_LOCAL_ADDRESS", "SKIPPER_LOCAL_PORT"} {
 		t.Setenv(k, "") // ignore the caller's environment; empty means unset
 	}
 	t.Setenv("NODE_NAME", "node-env")
@@ -91,6 +92,37 @@ func TestParseConfig(t *testing.T) {
 			c.NegativeCacheTTL, c.NegativeCacheSize = 0, 0
 		}},
 		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
+		{
+			name: "bpf and local address flags",
+			args: []string{"--bpf=auto", "--bpf-vips=198.19.0.10:80, 198.19.0.11:80", "--bpf-cgroup=/sys/fs/cgroup/node2", "--bpf-pin-dir=/sys/fs/bpf/n2",
+				"--bpf-max-age=1s", "--local-address=169.254.20.21", "--local-port=8080", "--local-address-interval=1s"},
+			want: func(c *Config) {
+				c.NodeName, c.PodName = "node-env", "router-env"
+				c.ColdStartTimeout = 3 * time.Second
+				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				c.BPF, c.BPFVIPs, c.BPFCgroup, c.BPFPinDir, c.BPFMaxAge = BPFAuto, []string{"198.19.0.10:80", "198.19.0.11:80"}, "/sys/fs/cgroup/node2", "/sys/fs/bpf/n2", time.Second
+				c.LocalAddress, c.LocalPort, c.LocalAddressInterval = "169.254.20.21", 8080, time.Second
+			},
+		},
+		{
+			name: "local address off",
+			args: []string{"--local-address="},
+			want: func(c *Config) {
+				c.NodeName, c.PodName = "node-env", "router-env"
+				c.ColdStartTimeout = 3 * time.Second
+				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				c.LocalAddress = ""
+			},
+		},
+		{
+			name: "every bpf problem at once",
+			args: []string{"--bpf=required", "--local-address=", "--bpf-vips=nope,[fd00::1]:80", "--bpf-cgroup=relative", "--bpf-pin-dir=pins", "--bpf-max-age=0s", "--local-port=0", "--local-address-interval=0s"},
+			wantErr: []string{"--bpf=required needs --local-address", `--bpf-vips: "nope"`, `--bpf-vips: "[fd00::1]:80"`, `--bpf-cgroup "relative"`,
+				`--bpf-pin-dir "pins"`, "--bpf-max-age 0s", "--local-port 0", "--local-address-interval 0s"},
+		},
+		{name: "bpf on needs VIPs", args: []string{"--bpf=auto"}, wantErr: []string{"--bpf=auto needs --bpf-vips"}},
+		{name: "unknown bpf mode", args: []string{"--bpf=maybe"}, wantErr: []string{`--bpf "maybe"`}},
+		{name: "IPv6 local address", args: []string{"--local-address=fd00::1"}, wantErr: []string{`--local-address "fd00::1"`}},
 		{name: "bad duration", args: []string{"--report-interval=soon"}, wantErr: []string{"report-interval"}},
 		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
 	}
@@ -127,5 +159,58 @@ func TestRunRejectsBadConfig(t *testing.T) {
 	}
 	if errors.Is(err, flag.ErrHelp) {
 		t.Fatal("not a help request")
+	}
+}
+
+func TestCleanupHelpGolden(t *testing.T) {
+	var out bytes.Buffer
+	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, &out); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join("testdata", "bpf-cleanup-help.golden")
+	if *update {
+		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -run TestCleanupHelpGolden -update)", err)
+	}
+	if diff := cmp.Diff(string(want), out.String()); diff != "" {
+		t.Errorf("bpf-cleanup --help differs from %s (-want +got; refresh with -update):\n%s", path, diff)
+	}
+}
+
+func TestParseCleanupConfig(t *testing.T) {
+	t.Setenv("SKIPPER_LOCAL_ADDRESS", "")
+	t.Setenv("SKIPPER_BPF_PIN_DIR", "/sys/fs/bpf/from-env")
+	tests := []struct {
+		name    string
+		args    []string
+		want    CleanupConfig
+		wantErr string
+	}{
+		{name: "defaults and env", want: CleanupConfig{BPFPinDir: "/sys/fs/bpf/from-env", LocalAddress: "169.254.20.20"}},
+		{name: "flags win", args: []string{"--bpf-pin-dir=/sys/fs/bpf/x", "--local-address="}, want: CleanupConfig{BPFPinDir: "/sys/fs/bpf/x"}},
+		{name: "bad address", args: []string{"--local-address=nope"}, wantErr: `--local-address "nope"`},
+		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseCleanupConfig(tt.args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("config (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

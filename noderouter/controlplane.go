@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -36,6 +37,9 @@ type controlPlane struct {
 	// negative holds functions GetInstance reported NotFound (nil: off).
 	negative *route.Negative
 	id       *pb.RouterIdentity
+	// dialer, when set before the first dial, dials controllers (the router
+	// marks its sockets so BPF steering skips them); nil: gRPC's default.
+	dialer *net.Dialer
 
 	// ctx bounds every call and stream; cancelled by close.
 	ctx    context.Context
@@ -131,7 +135,14 @@ func (cp *controlPlane) controller(addr string) (*controller, error) {
 	// Routers will authenticate with a projected ServiceAccount token in
 	// the metadata (see controller.proto); no dial option carries it yet.
 	// passthrough: members are ip:port, never names to resolve.
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cp.dialer != nil {
+		d := cp.dialer
+		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {
+			return d.DialContext(ctx, "tcp", a)
+		}))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("grpc client for %s: %w", addr, err)
 	}

@@ -52,6 +52,26 @@
 // routes with. A stream that ends is reopened with jittered exponential
 // backoff (--reconnect-min … --reconnect-max).
 //
+// Node-local address and BPF steering (steering.go, localaddr/): with
+// --local-address (default 169.254.20.20; empty: off) Run keeps the address
+// on dummy link skipper0, or as lo:skipper where the kernel has no dummy
+// links, reconciled every --local-address-interval, and serves the data
+// plane on it at --local-port besides --listen; failing to add it fails
+// start-up (it needs CAP_NET_ADMIN). With --bpf=auto|required the bpf
+// package's connect4/6 programs are attached to --bpf-cgroup (default: the
+// cgroup2 mount) and pinned under --bpf-pin-dir, --bpf-vips are steered to
+// local-address:local-port, and a heartbeat every --bpf-max-age/4 keeps them
+// steering; on shutdown the router withdraws its liveness first, so new
+// calls fail open to the skipper Service at once while in-flight ones
+// drain, and leaves the pins (failing open) for the next router to adopt.
+// While steering is on, the router's own dials (instances, controllers)
+// carry bpf.DefaultSkipMark and are never rewritten. --bpf=auto runs without
+// steering when the programs cannot load (logged with the reason;
+// skipper_noderouter_bpf_mode{mode="failed"}); --bpf=required fails
+// start-up. The BPF counters are read from the maps at scrape time.
+// `skipper-noderouter bpf-cleanup` (cleanup.go) detaches and unpins the
+// steering and removes the address: the uninstall path.
+//
 // Lifecycle: Run parses the configuration (Config, flags with SKIPPER_*
 // environment fallbacks), serves the data plane on --listen and /metrics,
 // /healthz, /readyz on --admin-listen. On cancellation it fails /readyz
@@ -61,7 +81,10 @@
 // plane (stream loops, GetInstance calls) or to the HTTP servers, and ends
 // before Run returns.
 //
-// Not yet (issue 4): sidecar mode, the node-local address, oneshot
+// Not yet (issue 4): sidecar mode, oneshot
 // functions (handed out per request and released), concurrency limits and
-// queueing, per-instance cgroup CPU and memory in reports.
+// queueing, per-instance cgroup CPU and memory in reports. Not yet (issue
+// 6): discovering --bpf-vips from the skipper Service, sk_msg redirection
+// (skipper_noderouter_bpf_redirects_total stays 0), using
+// bpf.OriginalDestination in the proxy.
 package noderouter

@@ -2,9 +2,12 @@ package noderouter
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"skipper.dev/skipper/bpf"
 )
 
 // Results of skipper_noderouter_get_instance_total, all initialised at 0.
@@ -39,6 +42,73 @@ type metrics struct {
 	reconnects       prometheus.Counter
 	retries          prometheus.Counter
 	evictions        prometheus.Counter
+	bpfMode          *prometheus.GaugeVec
+	// steering is read by the BPF counter collector at scrape time; nil
+	// while BPF steering is not loaded.
+	steering atomic.Pointer[bpf.Steering]
+}
+
+// Values of skipper_noderouter_bpf_mode's mode label, all initialised.
+const (
+	bpfModeOff     = "off"     // --bpf=off
+	bpfModeConnect = "connect" // connect4/6 steering loaded and heartbeating
+	bpfModeFailed  = "failed"  // --bpf=auto could not load: the Service path only
+)
+
+var bpfModes = []string{bpfModeOff, bpfModeConnect, bpfModeFailed}
+
+// setBPFMode makes mode the one active mode.
+func (m *metrics) setBPFMode(mode string) {
+	for _, v := range bpfModes {
+		g := 0.0
+		if v == mode {
+			g = 1
+		}
+		m.bpfMode.WithLabelValues(v).Set(g)
+	}
+}
+
+// bpfCollector exports the steering programs' per-CPU counters, read from
+// the maps at scrape time (no polling goroutine). The series are 0 while
+// steering is not loaded, so queries never come back empty.
+type bpfCollector struct {
+	steering                      *atomic.Pointer[bpf.Steering]
+	rewrites, failOpens, redirect *prometheus.Desc
+}
+
+var _ prometheus.Collector = (*bpfCollector)(nil)
+
+func newBPFCollector(s *atomic.Pointer[bpf.Steering]) *bpfCollector {
+	return &bpfCollector{
+		steering: s,
+		rewrites: prometheus.NewDesc("skipper_noderouter_bpf_rewrites_total",
+			"Connects to the skipper Service VIPs rewritten in the kernel to this node's router (cumulative since the pinned maps were created; survives router restarts).", nil, nil),
+		failOpens: prometheus.NewDesc("skipper_noderouter_bpf_fail_opens_total",
+			"Connects to the VIPs left to kube-proxy because this router's liveness entry was stale or withdrawn (fail open).", nil, nil),
+		redirect: prometheus.NewDesc("skipper_noderouter_bpf_redirects_total",
+			"Messages redirected between local caller and router sockets by sk_msg. Always 0: sk_msg redirection is not implemented yet.", nil, nil),
+	}
+}
+
+func (c *bpfCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.rewrites
+	ch <- c.failOpens
+	ch <- c.redirect
+}
+
+func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
+	var n bpf.Counters
+	if s := c.steering.Load(); s != nil {
+		var err error
+		if n, err = s.Counters(); err != nil {
+			// A map lookup failing is a bug or a closed map; leave the
+			// series out of this scrape rather than report a false reset.
+			return
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.rewrites, prometheus.CounterValue, float64(n.Rewrites))
+	ch <- prometheus.MustNewConstMetric(c.failOpens, prometheus.CounterValue, float64(n.FailOpens))
+	ch <- prometheus.MustNewConstMetric(c.redirect, prometheus.CounterValue, 0)
 }
 
 func newMetrics(node string) *metrics {
@@ -97,6 +167,11 @@ func newMetrics(node string) *metrics {
 			Help: "Instances dropped from the cache after a dial failure.",
 		}),
 	}
+	m.bpfMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "bpf_mode",
+		Help: "1 for the active BPF steering mode: off (--bpf=off), connect (calls to the VIPs rewritten to this router), failed (--bpf=auto could not load; calls take the Service path).",
+	}, []string{"mode"})
+	m.setBPFMode(bpfModeOff)
 	lookups := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "cache_lookups_total",
 		Help: "Assignment cache lookups, by result (hit; miss: GetInstance asked; negative: a function recently reported unknown, answered 404 without asking).",
@@ -108,7 +183,8 @@ func newMetrics(node string) *metrics {
 		m.getInstance.WithLabelValues(res)
 	}
 	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream,
-		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions)
+		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions,
+		m.bpfMode, newBPFCollector(&m.steering))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

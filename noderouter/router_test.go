@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -25,7 +26,12 @@ import (
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(steerChildEnv) != "" {
+		os.Exit(steerChild()) // re-executed as a caller by the BPF tests
+	}
+	goleak.VerifyTestMain(m)
+}
 
 type harness struct {
 	fake   *fakeController

@@ -11,6 +11,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
+	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/noderouter/localaddr"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -25,6 +29,9 @@ import (
 // Run parses args, serves until ctx is cancelled, then drains. --help
 // writes usage to stderr and returns nil.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "bpf-cleanup" {
+		return runCleanup(args[1:], stderr)
+	}
 	cfg, err := ParseConfig(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -41,16 +48,43 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			return err
 		}
 	}
+	rt := newRouter(cfg, log)
+	var lns []net.Listener
+	closeAll := func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}
+	if cfg.LocalAddress != "" {
+		rt.localAddr = &localaddr.Manager{Addr: netip.MustParseAddr(cfg.LocalAddress)} // validated
+		where, _, err := rt.localAddr.Ensure()
+		if err != nil {
+			return fmt.Errorf("--local-address (needs CAP_NET_ADMIN; --local-address= turns it off): %w", err)
+		}
+		log.Info("local address", "addr", cfg.LocalAddress, "on", string(where))
+		addr := net.JoinHostPort(cfg.LocalAddress, strconv.Itoa(cfg.LocalPort))
+		if rt.local, err = net.Listen("tcp4", addr); err != nil {
+			return fmt.Errorf("listen on --local-address %s: %w", addr, err)
+		}
+		lns = append(lns, rt.local)
+	}
 	data, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
+		closeAll()
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	lns = append(lns, data)
 	admin, err := net.Listen("tcp", cfg.AdminListen)
 	if err != nil {
-		data.Close()
+		closeAll()
 		return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
 	}
-	return newRouter(cfg, log).run(ctx, data, admin, cs)
+	lns = append(lns, admin)
+	if err := rt.startBPF(); err != nil {
+		closeAll()
+		return err
+	}
+	return rt.run(ctx, data, admin, cs)
 }
 
 // router wires the parts together for one process lifetime.
@@ -62,6 +96,15 @@ type router struct {
 	cp    *controlPlane
 	proxy *proxy
 	ready atomic.Bool
+
+	// Set before run, all optional.
+	// local is a second data-plane listener, on the node-local address.
+	local net.Listener
+	// localAddr keeps the node-local address; run reconciles it.
+	localAddr *localaddr.Manager
+	// steer is the loaded BPF steering (startBPF); run heartbeats it,
+	// withdraws it on shutdown and closes it.
+	steer *bpf.Steering
 }
 
 func newRouter(cfg Config, log *slog.Logger) *router {
@@ -122,8 +165,23 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 		}
 	}
 	wg.Go(func() { serve(dataSrv, data, "data plane") })
+	localAddr := ""
+	if rt.local != nil {
+		localAddr = rt.local.Addr().String()
+		wg.Go(func() { serve(dataSrv, rt.local, "data plane (local address)") })
+	}
 	wg.Go(func() { serve(adminSrv, admin, "admin") })
-	rt.log.Info("serving", "listen", data.Addr().String(), "admin", admin.Addr().String(), "mode", rt.cfg.Mode)
+	if rt.localAddr != nil {
+		wg.Go(func() { rt.localAddr.Run(bg, rt.cfg.LocalAddressInterval, rt.log) })
+	}
+	hbCtx, stopHB := context.WithCancel(bg)
+	defer stopHB()
+	var hb sync.WaitGroup
+	if rt.steer != nil {
+		defer rt.closeBPF()
+		hb.Go(func() { rt.heartbeat(hbCtx) })
+	}
+	rt.log.Info("serving", "listen", data.Addr().String(), "local", localAddr, "admin", admin.Addr().String(), "mode", rt.cfg.Mode)
 
 	var runErr error
 	select {
@@ -133,6 +191,13 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	}
 
 	rt.ready.Store(false)
+	// New calls fail open to the Service at once; the ones already steered
+	// here drain below.
+	stopHB()
+	hb.Wait()
+	if rt.steer != nil {
+		rt.withdrawBPF()
+	}
 	if runErr == nil && rt.cfg.DrainDelay > 0 {
 		rt.log.Info("not ready; still serving", "for", rt.cfg.DrainDelay.String())
 		time.Sleep(rt.cfg.DrainDelay)
