@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -257,8 +258,12 @@ func TestClusterUpDown(t *testing.T) {
 		t.Errorf("pods share IP %s", pods[0].Status.PodIP)
 	}
 	for _, p := range pods {
-		if !DefaultTopology().PodCIDR(1).Contains(mustAddr(t, p.Status.PodIP)) {
-			t.Errorf("pod %s IP %s outside node1's pod CIDR", p.Name, p.Status.PodIP)
+		n, err := strconv.Atoi(strings.TrimPrefix(p.Spec.NodeName, "node"))
+		if err != nil {
+			t.Fatalf("pod %s on unexpected node %q", p.Name, p.Spec.NodeName)
+		}
+		if cidr := DefaultTopology().PodCIDR(n); !cidr.Contains(mustAddr(t, p.Status.PodIP)) {
+			t.Errorf("pod %s IP %s outside %s's pod CIDR %s", p.Name, p.Status.PodIP, p.Spec.NodeName, cidr)
 		}
 		cst := p.Status.ContainerStatuses[0]
 		if cst.State.Running == nil || !strings.HasPrefix(cst.ContainerID, "skipper://") || !cst.Ready {
