@@ -11,10 +11,10 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
 # Binaries of the main module: name -> package.
 SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
-TEST_BINS    := skipper-cluster skipper-nodeagent
+TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: bpf-generate deps build kube tools generate verify test unit e2e up down lint clean
+.PHONY: bench-coldstart bpf-generate deps build kube tools generate verify test unit e2e up down lint clean
 
 ## deps: Debian packages and the bpffs mount the tests and the cluster need (root)
 deps:
@@ -70,6 +70,11 @@ e2e: build kube
 
 ## test: everything (root): verify, vet, unit and e2e
 test: deps verify lint unit e2e
+
+## bench-coldstart: first-call latency of 50 fresh Functions from a warm pool
+## (needs a running cluster: make up in another shell)
+bench-coldstart: build
+	$(BIN)/skipper-bench coldstart -n 50
 
 ## up: the local cluster in the foreground with the demo function (root)
 up: deps build kube

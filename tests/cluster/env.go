@@ -28,3 +28,29 @@ func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
 	}
 	return os.Rename(path+".tmp", path)
 }
+
+// ParseEnv reads what FormatEnv wrote: `export K='v'` lines, undoing the
+// quoting. Other lines are ignored.
+func ParseEnv(data string) map[string]string {
+	vals := map[string]string{}
+	for _, line := range strings.Split(data, "\n") {
+		k, v, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "export "), "=")
+		if !ok || k == "" {
+			continue
+		}
+		if len(v) >= 2 && v[0] == '\'' && v[len(v)-1] == '\'' {
+			v = strings.ReplaceAll(v[1:len(v)-1], `'\''`, "'")
+		}
+		vals[k] = v
+	}
+	return vals
+}
+
+// ReadEnv parses the env file at path (.skipper/env of a running cluster).
+func ReadEnv(path string) (map[string]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseEnv(string(b)), nil
+}

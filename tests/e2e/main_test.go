@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"skipper.dev/skipper/tests/cluster"
 )
 
 // env is the cluster the tests run against.
@@ -75,7 +77,7 @@ func repoRoot() (string, error) {
 // attachOrStart uses the running cluster when .skipper/env answers, or
 // starts one and returns the function that stops it.
 func attachOrStart(root string) (func(), error) {
-	if e, err := readEnv(filepath.Join(root, ".skipper", "env")); err == nil && routerAnswers(e["ROUTER_URL"]) {
+	if e, err := cluster.ReadEnv(filepath.Join(root, ".skipper", "env")); err == nil && routerAnswers(e["ROUTER_URL"]) {
 		return func() {}, nil
 	}
 	if os.Geteuid() != 0 {
@@ -134,23 +136,6 @@ func attachOrStart(root string) (func(), error) {
 	}
 }
 
-func readEnv(path string) (map[string]string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	vals := map[string]string{}
-	for _, line := range strings.Split(string(b), "\n") {
-		line = strings.TrimSpace(line)
-		k, v, ok := strings.Cut(strings.TrimPrefix(line, "export "), "=")
-		if !ok {
-			continue
-		}
-		vals[k] = strings.Trim(v, `'"`)
-	}
-	return vals, nil
-}
-
 func routerAnswers(url string) bool {
 	if url == "" {
 		return false
@@ -165,7 +150,7 @@ func routerAnswers(url string) bool {
 }
 
 func loadEnv(path string) error {
-	e, err := readEnv(path)
+	e, err := cluster.ReadEnv(path)
 	if err != nil {
 		return fmt.Errorf("read cluster env: %w", err)
 	}

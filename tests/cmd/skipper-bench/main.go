@@ -1,0 +1,187 @@
+// Command skipper-bench measures the local cluster from outside, the way a
+// caller sees it. It attaches through .skipper/env (start a cluster with
+// `make up` first, or let `make bench-coldstart` do it).
+//
+//	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
+//
+// coldstart creates n Functions on the pool, and for each one waits until
+// the pool has a ready warm pod, then times the function's first call (claim
+// patch + assign + proxy, through the router at ROUTER_URL) and a second,
+// warm call on the same connection. It prints p50/p90/p99/max of both and
+// deletes the Functions it made.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/tests/cluster"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "skipper-bench:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 || args[0] != "coldstart" {
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart [flags]   (skipper-bench coldstart --help)")
+		return flag.ErrHelp
+	}
+	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 50, "number of fresh Functions, one cold call each")
+	pool := fs.String("pool", "echo", "pool the Functions use")
+	ns := fs.String("namespace", "default", "namespace of the pool and the Functions")
+	envFile := fs.String("env", ".skipper/env", "the local cluster's env file")
+	warmWait := fs.Duration("warm-wait", 60*time.Second, "how long to wait for a ready warm pod before each call")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *n < 1 {
+		return fmt.Errorf("-n must be at least 1, got %d", *n)
+	}
+	env, err := cluster.ReadEnv(*envFile)
+	if err != nil {
+		return fmt.Errorf("read %s (is a cluster up?): %w", *envFile, err)
+	}
+	for _, k := range []string{"KUBECONFIG", "ROUTER_URL"} {
+		if env[k] == "" {
+			return fmt.Errorf("%s: %s is not set", *envFile, k)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	fns := dyn.Resource(v1alpha1.Resource).Namespace(*ns)
+	prefix := fmt.Sprintf("bench-%d-", time.Now().Unix()%100000)
+	defer func() {
+		for i := range *n {
+			_ = fns.Delete(context.WithoutCancel(ctx), fmt.Sprintf("%s%d", prefix, i), metav1.DeleteOptions{})
+		}
+	}()
+	for i := range *n {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "Function",
+			"metadata": map[string]any{"name": fmt.Sprintf("%s%d", prefix, i), "namespace": *ns},
+			"spec":     map[string]any{"pool": *pool, "maxInstances": int64(1)},
+		}}
+		if _, err := fns.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create Function %s: %w", obj.GetName(), err)
+		}
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
+	var cold, warm []time.Duration
+	for i := range *n {
+		if err := waitWarm(ctx, cs, *ns, *pool, *warmWait); err != nil {
+			return err
+		}
+		name := fmt.Sprintf("%s/%s%d", *ns, prefix, i)
+		d, err := call(ctx, client, env["ROUTER_URL"], name)
+		if err != nil {
+			return fmt.Errorf("cold call %d: %w", i, err)
+		}
+		cold = append(cold, d)
+		if d, err = call(ctx, client, env["ROUTER_URL"], name); err != nil {
+			return fmt.Errorf("warm call %d: %w", i, err)
+		}
+		warm = append(warm, d)
+	}
+	fmt.Fprintf(stdout, "coldstart: %d fresh Functions on pool %s/%s, router %s\n", *n, *ns, *pool, env["ROUTER_URL"])
+	fmt.Fprintf(stdout, "  first call (warm pool): %s\n", summary(cold))
+	fmt.Fprintf(stdout, "  second call (warm):     %s\n", summary(warm))
+	return nil
+}
+
+// call makes one GET through the router and returns its latency; anything
+// but 200 is an error.
+func call(ctx context.Context, c *http.Client, routerURL, function string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, routerURL+"/bench", nil)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("x-skipper-function", function)
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	d := time.Since(start)
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %d %s", function, resp.StatusCode, body)
+	}
+	return d, nil
+}
+
+// waitWarm polls until the pool has a ready, unclaimed, non-terminating pod.
+func waitWarm(ctx context.Context, cs kubernetes.Interface, ns, pool string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	sel := v1alpha1.LabelPool + "=" + pool + ",!" + v1alpha1.LabelFunction
+	for {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err == nil {
+			for _, p := range pods.Items {
+				if p.DeletionTimestamp == nil && ready(p) {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("no ready warm pod in pool %s/%s within %s", ns, pool, timeout)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func ready(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func summary(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	r := func(d time.Duration) string { return d.Round(10 * time.Microsecond).String() }
+	return fmt.Sprintf("p50 %s  p90 %s  p99 %s  max %s  (n=%d)", r(q(0.50)), r(q(0.90)), r(q(0.99)), r(s[len(s)-1]), len(s))
+}
