@@ -92,6 +92,21 @@ func TestSkeleton(t *testing.T) {
 		return nil
 	})
 
+	// Warm traffic asks nothing only once ownership is settled: while the
+	// controllers' ring still grows (just after make up) the owner may move
+	// and the router re-fetches. Wait for every replica to see all members,
+	// fill the cache once, then measure.
+	eventually(t, 60*time.Second, "every controller sees the whole ring", func(context.Context) error {
+		for _, u := range env.controllerURLs {
+			if got := metricSum(t, u, "skipper_controller_ring_members", nil); int(got) != len(env.controllerURLs) {
+				return fmt.Errorf("%s sees %v ring members, want %d", u, got, len(env.controllerURLs))
+			}
+		}
+		return nil
+	})
+	if code, body := call(t, "default/echo", "/settle"); code != http.StatusOK {
+		t.Fatalf("settling call: %d %s", code, body)
+	}
 	before := getInstance()
 	for i := range 5 {
 		if code, body := call(t, "default/echo", fmt.Sprintf("/warm/%d", i)); code != http.StatusOK {
