@@ -302,12 +302,12 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	ns, name, _ := splitKey(key)
 	fn, err := c.cache.function(ns, name)
 	if err != nil || fn.DeletionTimestamp != nil {
-		c.forget(key, err != nil)
+		c.forget(key, true, err != nil)
 		return nil
 	}
 	c.metrics.functionAdded(key)
 	if !c.owns(key) {
-		c.forget(key, false)
+		c.forget(key, false, false)
 		return nil
 	}
 	byState := map[string]int{}
@@ -330,22 +330,28 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	return c.patchStatus(ctx, fn, len(st.set))
 }
 
-// forget drops this replica's state of key; gone means the Function was
-// deleted, so subscribed routers are told to drop it and its series go.
-func (c *controller) forget(key string, gone bool) {
+// forget drops this replica's state of key. withdraw means the Function is
+// being deleted or is gone: subscribed routers are told to drop it. Without
+// it ownership moved: routers keep routing with the set they hold, this
+// replica stops pushing, and the new owner picks the routers up from their
+// reports. deleted also drops the function's series.
+func (c *controller) forget(key string, withdraw, deleted bool) {
 	c.mu.Lock()
 	st, had := c.fns[key]
 	delete(c.fns, key)
 	delete(c.assumed, key)
 	c.mu.Unlock()
-	if gone {
+	if deleted {
 		c.metrics.functionRemoved(key)
 	} else {
 		c.metrics.instances.DeletePartialMatch(map[string]string{"function": key})
 	}
-	if had {
+	switch {
+	case had && withdraw:
 		ns, name, _ := splitKey(key)
 		c.hub.publish(key, removedUpdate(ns, name, nextGeneration(st.gen, time.Now())))
+	case !withdraw:
+		c.hub.unsubscribeAll(key)
 	}
 }
 

@@ -82,6 +82,30 @@ func (h *hub) subscribe(id *skipperv1.RouterIdentity, fnKey string) {
 	s.mu.Unlock()
 }
 
+// unsubscribeAll drops fnKey from every stream's subscriptions and pending
+// updates: this replica no longer answers for it.
+func (h *hub) unsubscribeAll(fnKey string) {
+	h.mu.Lock()
+	targets := make([]*routerStream, 0, len(h.streams))
+	for _, s := range h.streams {
+		targets = append(targets, s)
+	}
+	h.mu.Unlock()
+	for _, s := range targets {
+		s.mu.Lock()
+		delete(s.subs, fnKey)
+		delete(s.pending, fnKey)
+		s.mu.Unlock()
+	}
+}
+
+// subscribed reports whether s is subscribed to fnKey.
+func (s *routerStream) subscribed(fnKey string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subs[fnKey]
+}
+
 // publish queues u for every stream subscribed to fnKey.
 func (h *hub) publish(fnKey string, u *skipperv1.AssignmentUpdate) {
 	h.mu.Lock()

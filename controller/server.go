@@ -190,30 +190,7 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	// Re-subscription: a router that holds an older generation than ours
 	// gets the current set at once.
 	for _, sub := range hello.GetSubscriptions() {
-		key := refKey(sub.GetFunction())
-		c.mu.Lock()
-		st, ok := c.fns[key]
-		var cur fnState
-		if ok {
-			cur = *st
-		}
-		c.mu.Unlock()
-		rs.mu.Lock()
-		rs.subs[key] = true
-		rs.mu.Unlock()
-		if !ok {
-			c.fnQueue.Add(key) // computing it publishes to the new subscriber
-			continue
-		}
-		if cur.gen != sub.GetGeneration() {
-			ns, name, _ := splitKey(key)
-			rs.queue(key, &skipperv1.AssignmentUpdate{
-				Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
-				Generation: cur.gen,
-				Instances:  toProtoInstances(cur.set),
-				Config:     cur.config.proto(),
-			}, true)
-		}
+		c.resubscribe(rs, refKey(sub.GetFunction()), sub.GetGeneration())
 	}
 
 	node := hello.GetRouter().GetNode()
@@ -230,6 +207,14 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 			switch m := m.GetMessage().(type) {
 			case *skipperv1.RouterMessage_Report:
 				rs.report(m.Report, time.Now())
+				// A router reports every function it routes to that
+				// function's owner by its own ring view: after an ownership
+				// move the new owner learns its subscribers here.
+				for _, fr := range m.Report.GetFunctions() {
+					if key := refKey(fr.GetFunction()); !rs.subscribed(key) && c.owns(key) {
+						c.resubscribe(rs, key, fr.GetGeneration())
+					}
+				}
 				c.metrics.heartbeatBatches.WithLabelValues(node).Inc()
 				log.Debug("report", "sequence", m.Report.GetSequence(), "functions", len(m.Report.GetFunctions()))
 			case *skipperv1.RouterMessage_Ack:
@@ -264,6 +249,36 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 		case <-stream.Context().Done():
 			return status.FromContextError(stream.Context().Err()).Err()
 		}
+	}
+}
+
+// resubscribe subscribes rs to key, for a router that holds generation gen
+// of it: a router holding another generation is sent the current set at
+// once; a function this replica holds no state for is computed, which
+// publishes it to the new subscriber.
+func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) {
+	c.mu.Lock()
+	st, ok := c.fns[key]
+	var cur fnState
+	if ok {
+		cur = *st
+	}
+	c.mu.Unlock()
+	rs.mu.Lock()
+	rs.subs[key] = true
+	rs.mu.Unlock()
+	if !ok {
+		c.fnQueue.Add(key)
+		return
+	}
+	if cur.gen != gen {
+		ns, name, _ := splitKey(key)
+		rs.queue(key, &skipperv1.AssignmentUpdate{
+			Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
+			Generation: cur.gen,
+			Instances:  toProtoInstances(cur.set),
+			Config:     cur.config.proto(),
+		}, true)
 	}
 }
 

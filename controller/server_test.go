@@ -858,3 +858,90 @@ func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
 		t.Errorf("%d assign requests, want none", n)
 	}
 }
+
+// An ownership move never withdraws a function from routers: the old owner
+// stops pushing, and the new owner subscribes routers from their reports
+// and sends them its current set, so warm traffic needs no GetInstance.
+func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
+	e := newTestEnv(t)
+	la, lb := listen(t), listen(t)
+	hostPort := func(l net.Listener) (string, int32) {
+		h, p, _ := net.SplitHostPort(l.Addr().String())
+		n, _ := strconv.Atoi(p)
+		return h, int32(n)
+	}
+	ha, pa := hostPort(la)
+	hb, pb := hostPort(lb)
+	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ""
+	for i := range 1000 {
+		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == lb.Addr().String() {
+			name = n
+			break
+		}
+	}
+	// A alone in the ring owns everything.
+	e.add(ctlSlice("ctl-a", pa, ha), poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
+	a := startReplica(t, e, "ctl-a", la, nil)
+	b := startReplica(t, e, "ctl-b", lb, nil)
+	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-m", Incarnation: "i1"}
+	connect := func(r *replica) (skipperv1.Controller_ConnectClient, context.CancelFunc) {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		st, err := r.client.Connect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
+			t.Fatalf("first message %v, %v; want Welcome", m, err)
+		}
+		return st, cancel
+	}
+	sa, cancelA := connect(a)
+	first, err := getInstance(t.Context(), a, name, id)
+	if err != nil || first.GetOwner() != "ctl-a" {
+		t.Fatalf("GetInstance on A = %v, %v; want owner ctl-a", first, err)
+	}
+
+	// B joins; the function moves to B.
+	e.add(ctlSlice("ctl-b", pb, hb))
+	eventually(t, "A has forgotten the function", func() bool {
+		st, err := a.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
+		return err == nil && len(st.GetRingMembers()) == 2 && len(st.GetFunctions()) == 0
+	})
+	sb, cancelB := connect(b)
+	defer cancelB()
+	if err := sb.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: &skipperv1.Report{
+		Sequence: 1,
+		Functions: []*skipperv1.FunctionReport{{
+			Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, Generation: first.GetGeneration(),
+		}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := sb.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := m.GetUpdate(); u.GetRemoved() || u.GetGeneration() <= first.GetGeneration() ||
+		len(u.GetInstances()) != 1 || u.GetInstances()[0].GetPod() != "p1" {
+		t.Errorf("B's update = %v; want p1 at a generation above %d", m, first.GetGeneration())
+	}
+
+	// Nothing A sent after the GetInstance withdrew the function.
+	cancelA()
+	for {
+		m, err := sa.Recv()
+		if err != nil {
+			break
+		}
+		if u := m.GetUpdate(); u.GetRemoved() || len(u.GetInstances()) == 0 {
+			t.Errorf("old owner pushed %v after the ownership move", m)
+		}
+	}
+}
