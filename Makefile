@@ -25,6 +25,7 @@ build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./cmd/,$(SKIPPER_BINS))
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./tests/cmd/,$(TEST_BINS))
+	cd tests/promql && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-promql
 
 ## kube: the Kubernetes multi-call binary from the nested module (cold: ~20 min)
 kube: $(BIN)/kube
@@ -59,10 +60,12 @@ verify: generate
 ## would type-check all of Kubernetes a second time)
 lint:
 	$(GO) vet ./...
+	cd tests/promql && $(GO) vet ./...
 
 ## unit: tests that need no cluster (controller/, noderouter/, ...)
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /tests/)
+	cd tests/promql && $(GO) test -count=1 ./...
 
 ## e2e: tests against the local cluster (starts one if none runs; root)
 e2e: build kube

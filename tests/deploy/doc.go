@@ -1,0 +1,4 @@
+// Package deploy holds checks of the shipped build and install artefacts
+// that need no cluster: the Dockerfile builds what `make build` builds, the
+// same way.
+package deploy
