@@ -113,6 +113,7 @@ func newPodWorker(a *Agent, pod *corev1.Pod) *podWorker {
 	w := &podWorker{
 		a:      a,
 		uid:    pod.UID,
+		latest: pod, // run may sync before podChanged calls update
 		log:    a.log.With("pod", pod.Namespace+"/"+pod.Name),
 		wake:   make(chan struct{}, 1),
 		events: make(chan func(), 16),
