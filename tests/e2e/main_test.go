@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"k8s.io/client-go/dynamic"
@@ -27,6 +28,7 @@ import (
 // env is the cluster the tests run against.
 var env struct {
 	root           string
+	kubeconfig     string
 	routerURL      string
 	routerMetrics  string
 	controllerURLs []string
@@ -159,6 +161,7 @@ func loadEnv(path string) error {
 			return fmt.Errorf("%s: %s is not set", path, k)
 		}
 	}
+	env.kubeconfig = e["KUBECONFIG"]
 	env.routerURL = e["ROUTER_URL"]
 	env.routerMetrics = e["ROUTER_METRICS_URL"]
 	env.controllerURLs = strings.Fields(e["CONTROLLER_METRICS_URLS"])
@@ -177,16 +180,7 @@ func loadEnv(path string) error {
 // every pair in match.
 func metricSum(t *testing.T, url, metric string, match map[string]string) float64 {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatalf("scrape %s: %v", url, err)
-	}
-	defer resp.Body.Close()
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse %s: %v", url, err)
-	}
+	fams := scrape(t, url)
 	var sum float64
 	fam, ok := fams[metric]
 	if !ok {
@@ -215,6 +209,22 @@ next:
 		}
 	}
 	return sum
+}
+
+// scrape returns the metric families url exports, by name.
+func scrape(t *testing.T, url string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("scrape %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse %s: %v", url, err)
+	}
+	return fams
 }
 
 // eventually polls cond every 100ms until it returns nil or timeout passes.
