@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
 )
 
 // kubectl runs bin/kubectl against the cluster with stdin, bounded by a
