@@ -19,6 +19,13 @@ func (n noResolver) resolve(context.Context, route.Ref, uint64, []string) (*rout
 	return nil, nil, nil
 }
 
+func (n noResolver) oneshot(context.Context, route.Ref) (*route.Instance, error) {
+	n.b.Fatal("oneshot in a benchmark")
+	return nil, nil
+}
+
+func (n noResolver) release(route.Ref, string) {}
+
 // discard is a reusable ResponseWriter.
 type discard struct{ h http.Header }
 

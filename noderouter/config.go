@@ -91,6 +91,11 @@ type Config struct {
 	// included) when sending it failed before any response: a dial failure,
 	// or a broken connection for an idempotent request with no body sent.
 	MaxAttempts int
+	// MaxQueue bounds, per function, the requests waiting while every
+	// instance is at the function's concurrencyLimit; each waits at most
+	// ColdStartTimeout. A request over it gets 503. 0: no queue.
+	MaxQueue int
+
 	// RetryBackoffBase and RetryBackoffMax bound the jittered exponential
 	// wait before each retry.
 	RetryBackoffBase time.Duration
@@ -164,6 +169,7 @@ func DefaultConfig() Config {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 		MaxAttempts:         3,
+		MaxQueue:            100,
 		RetryBackoffBase:    10 * time.Millisecond,
 		RetryBackoffMax:     500 * time.Millisecond,
 		MaxHeaderBytes:      64 << 10,
@@ -235,6 +241,9 @@ func (c Config) Validate() error {
 	}
 	if c.NegativeCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--negative-cache-size %d must not be negative", c.NegativeCacheSize))
+	}
+	if c.MaxQueue < 0 {
+		errs = append(errs, fmt.Errorf("--max-queue %d must not be negative (0: no queue)", c.MaxQueue))
 	}
 	if c.MaxAttempts < 1 {
 		errs = append(errs, fmt.Errorf("--max-attempts %d must be at least 1", c.MaxAttempts))
@@ -392,6 +401,8 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	dur(&c.IdleConnTimeout, "idle-conn-timeout", "idle instance connections are closed after this")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "sends of a request at most, the first included, when it failed before any response (dial failure; broken connection of an idempotent request with no body sent)")
 	envs("max-attempts")
+	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests per function that wait, each at most --cold-start-timeout, while every instance is at the function's concurrencyLimit; more: 503 with Retry-After; 0: no queue")
+	envs("max-queue")
 	dur(&c.RetryBackoffBase, "retry-backoff-base", "wait before the first retry (jittered, doubling per retry)")
 	dur(&c.RetryBackoffMax, "retry-backoff-max", "longest wait before a retry")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header accepted; larger: 431")

@@ -52,9 +52,12 @@ type controlPlane struct {
 	ctrls  map[string]*controller // by address
 	closed bool
 	wg     sync.WaitGroup // stream loops
-	// calls counts GetInstance calls in flight; Add only under mu while
-	// not closed, so close can Wait for them.
+	// calls counts GetInstance and ReleaseInstance calls in flight; Add
+	// only under mu while not closed (begin), so close can Wait for them.
 	calls sync.WaitGroup
+
+	spareMu sync.Mutex
+	spares  map[route.Ref]spare // oneshot instances not yet taken
 }
 
 var _ resolver = (*controlPlane)(nil)
@@ -165,8 +168,10 @@ func (c *controller) stop() {
 	_ = c.cc.Close()
 }
 
-// close stops every stream and connection and waits for them.
+// close releases the oneshot instances no request took, stops every
+// stream and connection and waits for them.
 func (cp *controlPlane) close() {
+	cp.releaseSpares(time.Time{})
 	cp.mu.Lock()
 	cp.closed = true
 	ctrls := cp.ctrls
@@ -190,13 +195,9 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 	}
 	key := ref.String()
 	ch := cp.sf.DoChan(key, func() (any, error) {
-		cp.mu.Lock()
-		if cp.closed {
-			cp.mu.Unlock()
+		if !cp.begin() {
 			return nil, status.Error(codes.Unavailable, "router is shutting down")
 		}
-		cp.calls.Add(1)
-		cp.mu.Unlock()
 		defer cp.calls.Done()
 		// A caller that checked the negative cache just before the previous
 		// call stored its NotFound joins no call: answer it from the cache.
@@ -219,18 +220,37 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 }
 
 func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string) (*route.Entry, *route.Assignment, error) {
+	resp, err := cp.ask(cp.ctx, ref, key, known, unusable)
+	if err != nil {
+		return nil, nil, err
+	}
+	e, a, applied := cp.cache.Store(ref, toUpdate(resp.GetGeneration(), resp.GetInstances(), resp.GetConfig()))
+	e.Cold.Add(1)
+	if resp.GetConfig().GetOneshot() && resp.GetInstance().GetAddress() != "" {
+		// The instance is for one request, but this call may be shared by
+		// several: the first to ask for a oneshot instance takes it.
+		cp.putSpare(ref, toInfo(resp.GetInstance()), time.Now())
+	}
+	cp.log.Debug("GetInstance", "function", key, "generation", resp.GetGeneration(),
+		"instances", len(resp.GetInstances()), "applied", applied)
+	return e, a, nil
+}
+
+// ask sends one GetInstance to the function's owner, bounded by ctx and the
+// cold-start timeout, and counts it. A NotFound goes to the negative cache.
+func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, known uint64, unusable []string) (*pb.GetInstanceResponse, error) {
 	r := cp.ring.Load()
 	if r == nil {
 		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
-		return nil, nil, status.Error(codes.Unavailable, "no ready controller (the ring is empty)")
+		return nil, status.Error(codes.Unavailable, "no ready controller (the ring is empty)")
 	}
 	owner := r.Owner(key)
 	c, err := cp.controller(owner)
 	if err != nil {
 		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
-		return nil, nil, status.Error(codes.Unavailable, err.Error())
+		return nil, status.Error(codes.Unavailable, err.Error())
 	}
-	ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.ColdStartTimeout)
+	ctx, cancel := context.WithTimeout(ctx, cp.cfg.ColdStartTimeout)
 	defer cancel()
 	start := time.Now()
 	select {
@@ -258,14 +278,146 @@ func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unu
 			cp.negative.Add(ref, time.Now())
 		}
 		cp.log.Info("GetInstance failed", "function", key, "controller", owner, "code", status.Code(err).String(), "err", err)
-		return nil, nil, err
+		return nil, err
 	}
 	cp.m.getInstance.WithLabelValues(resultOK).Inc()
-	e, a, applied := cp.cache.Store(ref, toUpdate(resp.GetGeneration(), resp.GetInstances(), resp.GetConfig()))
+	return resp, nil
+}
+
+// begin counts a control-plane call close must wait for; false when the
+// router is shutting down.
+func (cp *controlPlane) begin() bool {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	if cp.closed {
+		return false
+	}
+	cp.calls.Add(1)
+	return true
+}
+
+// oneshot returns a fresh instance of a oneshot function for one request:
+// one left by a shared cold miss, or one GetInstance of its own (never
+// shared: every request needs its own instance). The caller releases it.
+func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref) (*route.Instance, error) {
+	if info, ok := cp.takeSpare(ref); ok {
+		return &route.Instance{InstanceInfo: info}, nil
+	}
+	if !cp.begin() {
+		return nil, status.Error(codes.Unavailable, "router is shutting down")
+	}
+	defer cp.calls.Done()
+	key := ref.String()
+	var known uint64
+	if _, a := cp.cache.Lookup(ref); a != nil {
+		known = a.Generation
+	}
+	resp, err := cp.ask(ctx, ref, key, known, nil)
+	if err != nil {
+		return nil, err
+	}
+	e, _, _ := cp.cache.Store(ref, toUpdate(resp.GetGeneration(), resp.GetInstances(), resp.GetConfig()))
 	e.Cold.Add(1)
-	cp.log.Debug("GetInstance", "function", key, "controller", owner, "generation", resp.GetGeneration(),
-		"instances", len(resp.GetInstances()), "applied", applied)
-	return e, a, nil
+	info := toInfo(resp.GetInstance())
+	if !resp.GetConfig().GetOneshot() || info.Address == "" {
+		// The function is no longer oneshot (the cache now says so), or
+		// the controller handed out nothing.
+		if info.Address != "" {
+			cp.release(ref, info.PodUID)
+		}
+		return nil, status.Errorf(codes.Unavailable, "the controller handed out no oneshot instance of %s", key)
+	}
+	return &route.Instance{InstanceInfo: info}, nil
+}
+
+// release gives a oneshot instance back to the function's owner
+// (ReleaseInstance), bounded by the cold-start timeout; the request it
+// served may have been cancelled, this call is not.
+func (cp *controlPlane) release(ref route.Ref, podUID string) {
+	key := ref.String()
+	err := func() error {
+		if !cp.begin() {
+			return errors.New("router is shutting down")
+		}
+		defer cp.calls.Done()
+		r := cp.ring.Load()
+		if r == nil {
+			return errors.New("no ready controller (the ring is empty)")
+		}
+		c, err := cp.controller(r.Owner(key))
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cp.ctx, cp.cfg.ColdStartTimeout)
+		defer cancel()
+		_, err = c.client.ReleaseInstance(ctx, &pb.ReleaseInstanceRequest{
+			Function: &pb.FunctionRef{Namespace: ref.Namespace, Name: ref.Name},
+			Router:   cp.id,
+			PodUid:   podUID,
+		})
+		return err
+	}()
+	if err != nil {
+		cp.m.releases.WithLabelValues(resultError).Inc()
+		cp.log.Warn("ReleaseInstance failed; the controller reclaims the instance", "function", key, "pod_uid", podUID, "err", err)
+		return
+	}
+	cp.m.releases.WithLabelValues(resultOK).Inc()
+}
+
+// spare is a oneshot instance a shared cold miss received and no request
+// has taken yet.
+type spare struct {
+	info route.InstanceInfo
+	at   time.Time
+}
+
+// putSpare keeps info for the next oneshot request of ref; a spare it
+// replaces is released.
+func (cp *controlPlane) putSpare(ref route.Ref, info route.InstanceInfo, now time.Time) {
+	cp.spareMu.Lock()
+	old, had := cp.spares[ref]
+	if cp.spares == nil {
+		cp.spares = map[route.Ref]spare{}
+	}
+	cp.spares[ref] = spare{info: info, at: now}
+	cp.spareMu.Unlock()
+	if had {
+		cp.release(ref, old.info.PodUID)
+	}
+}
+
+func (cp *controlPlane) takeSpare(ref route.Ref) (route.InstanceInfo, bool) {
+	cp.spareMu.Lock()
+	defer cp.spareMu.Unlock()
+	s, ok := cp.spares[ref]
+	if ok {
+		delete(cp.spares, ref)
+	}
+	return s.info, ok
+}
+
+// releaseSpares releases the spares kept since before cutoff (every one
+// for the zero time): the requests they were fetched for went away.
+func (cp *controlPlane) releaseSpares(cutoff time.Time) {
+	cp.spareMu.Lock()
+	var stale []route.Ref
+	var uids []string
+	for ref, s := range cp.spares {
+		if cutoff.IsZero() || s.at.Before(cutoff) {
+			stale = append(stale, ref)
+			uids = append(uids, s.info.PodUID)
+			delete(cp.spares, ref)
+		}
+	}
+	cp.spareMu.Unlock()
+	for i, ref := range stale {
+		cp.release(ref, uids[i])
+	}
+}
+
+func toInfo(in *pb.Instance) route.InstanceInfo {
+	return route.InstanceInfo{Pod: in.GetPod(), PodUID: in.GetPodUid(), Address: in.GetAddress(), Node: in.GetNode()}
 }
 
 func toUpdate(gen uint64, ins []*pb.Instance, cfg *pb.FunctionConfig) route.Update {
@@ -274,7 +426,7 @@ func toUpdate(gen uint64, ins []*pb.Instance, cfg *pb.FunctionConfig) route.Upda
 		if in.GetAddress() == "" {
 			continue
 		}
-		u.Instances = append(u.Instances, route.InstanceInfo{Pod: in.GetPod(), PodUID: in.GetPodUid(), Address: in.GetAddress(), Node: in.GetNode()})
+		u.Instances = append(u.Instances, toInfo(in))
 	}
 	if cfg != nil {
 		u.Config = route.Config{ConcurrencyLimit: cfg.GetConcurrencyLimit(), Oneshot: cfg.GetOneshot()}
@@ -354,6 +506,7 @@ func (cp *controlPlane) stream(ctx context.Context, c *controller) (welcomed boo
 				return gotWelcome.Load(), fmt.Errorf("send ack: %w", err)
 			}
 		case now := <-t.C:
+			cp.releaseSpares(now.Add(-cp.cfg.ColdStartTimeout))
 			seq++
 			start := time.Now()
 			rep := cp.report(c.addr, seq, now)
@@ -453,6 +606,7 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) *pb.Repor
 		fr := &pb.FunctionReport{
 			Function:        &pb.FunctionRef{Namespace: e.Ref.Namespace, Name: e.Ref.Name},
 			InFlight:        clampU32(e.InFlight.Load()),
+			Queued:          uint32(e.Queued()),
 			RequestsTotal:   e.Requests.Load(),
 			ErrorsTotal:     e.Errors.Load(),
 			ColdStartsTotal: e.Cold.Load(),

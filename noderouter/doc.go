@@ -6,10 +6,17 @@
 // `x-skipper-function: <namespace>/<name>` (a bare name with
 // --default-namespace) or by `Host: <name>.<namespace>.fn`; a missing or
 // malformed name is a 400. The router looks the function up in its
-// route.Cache; a hit picks the instance with the fewest local in-flight
-// requests and forwards through one shared http.Transport (keep-alive pools
-// sized by --max-idle-conns-per-host), stripping the function header and
-// setting X-Forwarded-For/Host/Proto. A warm request makes no RPC. A miss
+// route.Cache; a hit picks an instance by the power of two choices over
+// the router's local per-instance in-flight counts (route.Assignment.Acquire)
+// and forwards through one shared http.Transport (keep-alive pools sized by
+// --max-idle-conns-per-host), stripping the function header and setting
+// X-Forwarded-For/Host/Proto. A function's concurrencyLimit caps the
+// requests this router sends to each instance; when every instance is at
+// it the request waits in the function's FIFO queue (route.Entry.Wait: at
+// most --max-queue requests, each at most --cold-start-timeout; a freed
+// slot is handed to the head waiter, a new assignment wakes them all), else
+// 503 queue_full / queue_timeout with Retry-After. The queue length is the
+// report's queued gauge. A warm request makes no RPC. A miss
 // calls GetInstance on the function's owner (ring.Owner of "namespace/name"
 // over the controller members), bounded by --cold-start-timeout, with
 // concurrent misses of one function sharing one call. gRPC errors become
@@ -81,9 +88,17 @@
 // plane (stream loops, GetInstance calls) or to the HTTP servers, and ends
 // before Run returns.
 //
-// Not yet (issue 4): sidecar mode, oneshot
-// functions (handed out per request and released), concurrency limits and
-// queueing, per-instance cgroup CPU and memory in reports. Not yet (issue
+// Oneshot functions (config.oneshot): every request gets a fresh instance
+// from GetInstance (its `instance` field; never the shared set, never a
+// call shared with another request, so one GetInstance per request by
+// design) and the router calls ReleaseInstance on the owner once the
+// response has ended, also when the caller went away. A cold miss shared by
+// several requests leaves its instance as a spare for the first of them;
+// a spare nobody took is released after --cold-start-timeout and on
+// shutdown.
+//
+// Not yet (issue 4): sidecar mode, per-instance cgroup CPU and memory in
+// reports. Not yet (issue
 // 6): discovering --bpf-vips from the skipper Service, sk_msg redirection
 // (skipper_noderouter_bpf_redirects_total stays 0), using
 // bpf.OriginalDestination in the proxy.

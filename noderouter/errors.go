@@ -25,19 +25,20 @@ const retryAfter = "1"
 
 // Reasons in JSON error bodies: stable, machine-readable.
 const (
-	reasonMissingFunction    = "missing_function"
-	reasonMalformedFunction  = "malformed_function"
-	reasonUnknownFunction    = "unknown_function"
-	reasonNoCapacity         = "no_capacity"
-	reasonColdStartTimeout   = "cold_start_timeout"
-	reasonNoController       = "controller_unavailable"
-	reasonControllerError    = "controller_error"
-	reasonNoInstances        = "no_instances"
-	reasonUpstreamError      = "upstream_error"
-	reasonUpstreamTimeout    = "upstream_timeout"
-	reasonClientClosed       = "client_closed"
-	reasonOneshotUnsupported = "oneshot_unsupported"
-	reasonBodyTooLarge       = "body_too_large"
+	reasonMissingFunction   = "missing_function"
+	reasonMalformedFunction = "malformed_function"
+	reasonUnknownFunction   = "unknown_function"
+	reasonNoCapacity        = "no_capacity"
+	reasonColdStartTimeout  = "cold_start_timeout"
+	reasonNoController      = "controller_unavailable"
+	reasonControllerError   = "controller_error"
+	reasonNoInstances       = "no_instances"
+	reasonUpstreamError     = "upstream_error"
+	reasonUpstreamTimeout   = "upstream_timeout"
+	reasonClientClosed      = "client_closed"
+	reasonQueueFull         = "queue_full"
+	reasonQueueTimeout      = "queue_timeout"
+	reasonBodyTooLarge      = "body_too_large"
 )
 
 // answer is an error response the router writes itself.
@@ -99,6 +100,13 @@ func unknownAnswer(ref route.Ref) answer {
 func tooLargeAnswer(limit int64) answer {
 	return answer{status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge,
 		msg: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes", known: true}
+}
+
+// queueFullAnswer is the 503 of a request that found every instance at the
+// concurrency limit and the function's queue full.
+func queueFullAnswer(limit uint32) answer {
+	return answer{status: http.StatusServiceUnavailable, reason: reasonQueueFull,
+		msg: "every instance is at the concurrency limit of " + strconv.FormatUint(uint64(limit), 10) + " and the queue is full", retryAfter: true, known: true}
 }
 
 // upstreamAnswer maps a proxy error (after any retry) to its answer.

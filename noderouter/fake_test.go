@@ -30,6 +30,7 @@ type fakeController struct {
 	hellos   []*pb.Hello
 	reports  []*pb.Report
 	acks     []*pb.Ack
+	releases []*pb.ReleaseInstanceRequest
 	// failConnects makes the next n Connect calls fail at once.
 	failConnects int
 	connects     int
@@ -83,6 +84,14 @@ func (f *fakeController) GetInstance(ctx context.Context, req *pb.GetInstanceReq
 		return nil, statusNotFound(key)
 	}
 	return h(ctx, req)
+}
+
+func (f *fakeController) ReleaseInstance(_ context.Context, req *pb.ReleaseInstanceRequest) (*pb.ReleaseInstanceResponse, error) {
+	f.mu.Lock()
+	f.releases = append(f.releases, req)
+	f.mu.Unlock()
+	f.tick()
+	return &pb.ReleaseInstanceResponse{}, nil
 }
 
 func (f *fakeController) Connect(st grpc.BidiStreamingServer[pb.RouterMessage, pb.ControllerMessage]) error {

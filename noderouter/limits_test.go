@@ -300,9 +300,14 @@ func TestDeadAfterAccept(t *testing.T) {
 				eh.ServeHTTP(w, r)
 			}))
 			t.Cleanup(ts.Close)
-			// The first pick scans from index 1: the dead instance.
-			fake.handle("default/echo", fixed(1, inst("good", ts.Listener.Addr().String()), inst("dead", dead.ln.Addr().String())))
 			h := startRouter(t, fake, nil)
+			// One request in flight on the healthy instance makes the two
+			// choices take the idle dead one first.
+			_, a, _ := h.rt.cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1, Instances: []route.InstanceInfo{
+				{Pod: "pod-good", PodUID: "good", Address: ts.Listener.Addr().String()},
+				{Pod: "pod-dead", PodUID: "dead", Address: dead.ln.Addr().String()},
+			}})
+			a.Instances[0].InFlight.Add(1)
 
 			var rd io.Reader
 			if tt.body != "" {

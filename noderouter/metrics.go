@@ -42,6 +42,8 @@ type metrics struct {
 	reconnects       prometheus.Counter
 	retries          prometheus.Counter
 	evictions        prometheus.Counter
+	queued           prometheus.Gauge
+	releases         *prometheus.CounterVec
 	bpfMode          *prometheus.GaugeVec
 	// steering is read by the BPF counter collector at scrape time; nil
 	// while BPF steering is not loaded.
@@ -167,6 +169,16 @@ func newMetrics(node string) *metrics {
 			Help: "Instances dropped from the cache after a dial failure.",
 		}),
 	}
+	m.queued = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Subsystem: sub, Name: "queued_requests",
+		Help: "Requests waiting because every instance of their function is at its concurrencyLimit.",
+	})
+	m.releases = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "release_instance_total",
+		Help: "ReleaseInstance calls giving back oneshot instances, by result (ok, error).",
+	}, []string{"result"})
+	m.releases.WithLabelValues(resultOK)
+	m.releases.WithLabelValues(resultError)
 	m.bpfMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "bpf_mode",
 		Help: "1 for the active BPF steering mode: off (--bpf=off), connect (calls to the VIPs rewritten to this router), failed (--bpf=auto could not load; calls take the Service path).",
@@ -184,7 +196,7 @@ func newMetrics(node string) *metrics {
 	}
 	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream,
 		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions,
-		m.bpfMode, newBPFCollector(&m.steering))
+		m.queued, m.releases, m.bpfMode, newBPFCollector(&m.steering))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

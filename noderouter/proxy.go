@@ -2,6 +2,7 @@ package noderouter
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -19,12 +20,19 @@ import (
 // the request is forwarded.
 const HeaderFunction = "X-Skipper-Function"
 
-// resolver fills the cache on a miss: it asks the function's owner for the
-// instance set (GetInstance), stores it and returns the entry and the
-// assignment now held. known is the generation the router holds (0: none);
-// unusable are pod UIDs that just failed to dial.
+// resolver is the control plane as the request path sees it.
 type resolver interface {
+	// resolve fills the cache on a miss: it asks the function's owner for
+	// the instance set (GetInstance), stores it and returns the entry and
+	// the assignment now held. known is the generation the router holds
+	// (0: none); unusable are pod UIDs that just failed to dial.
 	resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string) (*route.Entry, *route.Assignment, error)
+	// oneshot returns a fresh instance of a oneshot function for one
+	// request.
+	oneshot(ctx context.Context, ref route.Ref) (*route.Instance, error)
+	// release gives a oneshot instance back after its request
+	// (ReleaseInstance); failures are logged and counted, not returned.
+	release(ref route.Ref, podUID string)
 }
 
 // proxy is the data-plane handler: name → cache → instance → forward.
@@ -40,6 +48,8 @@ type proxy struct {
 	backoffBase      time.Duration
 	backoffMax       time.Duration
 	maxBodyBytes     int64 // 0: no limit
+	maxQueue         int   // per function; 0: no queue
+	coldStartTimeout time.Duration
 
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
@@ -77,6 +87,8 @@ func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, nega
 		backoffBase:      cfg.RetryBackoffBase,
 		backoffMax:       cfg.RetryBackoffMax,
 		maxBodyBytes:     cfg.MaxBodyBytes,
+		maxQueue:         cfg.MaxQueue,
+		coldStartTimeout: cfg.ColdStartTimeout,
 		transport:        newTransport(cfg),
 	}
 	p.rp = &httputil.ReverseProxy{
@@ -154,7 +166,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	e, a := p.cache.Lookup(ref)
-	if a == nil || len(a.Instances) == 0 {
+	if a == nil || (len(a.Instances) == 0 && !a.Config.Oneshot) {
 		if p.negative.Contains(ref, start) {
 			p.m.cacheNegative.Inc()
 			p.finish(w, nil, unknownAnswer(ref), ref)
@@ -175,14 +187,6 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	} else {
 		p.m.cacheHit.Inc()
-	}
-
-	if a.Config.Oneshot {
-		// A oneshot instance serves one request and is released after it;
-		// routing to the cached set would break that contract.
-		p.finish(w, e, answer{status: http.StatusNotImplemented, reason: reasonOneshotUnsupported,
-			msg: "oneshot functions are not supported by this router version", known: true}, ref)
-		return
 	}
 
 	at := &attempt{}
@@ -216,25 +220,28 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var failed []*route.Instance
 	var dead []string
 	for n := 1; ; n++ {
-		pick := e.NextPick()
-		in := a.PickExcept(pick, failed)
-		if in == nil {
-			// Every instance left broke a connection once (dial failures
-			// are evicted): try the least loaded again rather than fail.
-			in = a.Pick(pick)
-		}
-		if in == nil {
-			p.finish(w, e, answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances,
-				msg: "the function has no usable instance", retryAfter: true, known: true}, ref)
+		oneshot := a.Config.Oneshot
+		t := time.Now()
+		in, ans := p.take(r.Context(), ref, e, a, failed)
+		waited += time.Since(t)
+		if ans.status != 0 {
+			p.finish(w, e, ans, ref)
 			return
 		}
 		*at = attempt{instance: in}
 		upstream += p.forward(w, out, e, in)
+		if oneshot {
+			// After the response, also when the caller went away: the
+			// instance served its one request.
+			p.resolver.release(ref, in.PodUID)
+		} else {
+			e.Release(in)
+		}
 		if at.err == nil {
 			break
 		}
 		f := classify(at.err)
-		if f == failDial {
+		if f == failDial && !oneshot {
 			// The instance is gone (or never was): evict it, retried or not.
 			// A broken connection is not enough: the instance may be alive.
 			if p.cache.Evict(ref, in.PodUID) {
@@ -252,13 +259,13 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f != failDial {
 			p.log.Info("connection to instance broke before a response; retrying", "function", e.Key, "pod", in.Pod, "err", at.err)
 		}
-		t := time.Now()
+		t = time.Now()
 		if err := sleep(ctx, backoff(n, p.backoffBase, p.backoffMax, rand.Float64())); err != nil {
 			p.finish(w, e, upstreamAnswer(err), ref)
 			return
 		}
 		waited += time.Since(t)
-		if _, next := p.cache.Lookup(ref); next != nil && len(next.Instances) > 0 {
+		if _, next := p.cache.Lookup(ref); next != nil && (len(next.Instances) > 0 || next.Config.Oneshot) {
 			a = next
 			continue
 		}
@@ -280,16 +287,65 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.m.overhead.Observe((time.Since(start) - upstream - waited).Seconds())
 }
 
-// forward sends out to in once and returns the time it took. In-flight
-// counts are released even when the copy aborts the handler.
+// take returns the instance for the next attempt with its slot held, or the
+// answer to give instead. A oneshot function gets a fresh instance from the
+// control plane. Otherwise the power of two choices over a's instances
+// below the concurrency limit, skipping those that failed this request when
+// others are left; when every instance is at the limit the request queues
+// (at most --max-queue per function, waiting at most --cold-start-timeout).
+func (p *proxy) take(ctx context.Context, ref route.Ref, e *route.Entry, a *route.Assignment, failed []*route.Instance) (*route.Instance, answer) {
+	if a.Config.Oneshot {
+		in, err := p.resolver.oneshot(ctx, ref)
+		if err != nil {
+			ans, _ := controllerAnswer(err)
+			return nil, ans
+		}
+		return in, answer{}
+	}
+	limit := a.Config.ConcurrencyLimit
+	in := a.Acquire(rand.Uint64(), limit, failed)
+	if in == nil && len(failed) > 0 {
+		// Every instance left failed this request once (dial failures are
+		// evicted): try the least loaded again rather than fail.
+		in = a.Acquire(rand.Uint64(), limit, nil)
+	}
+	if in != nil {
+		return in, answer{}
+	}
+	noInstances := answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances,
+		msg: "the function has no usable instance", retryAfter: true, known: true}
+	if limit == 0 || len(a.Instances) == 0 {
+		return nil, noInstances
+	}
+	if p.maxQueue == 0 {
+		return nil, queueFullAnswer(limit)
+	}
+	qctx, cancel := context.WithTimeout(ctx, p.coldStartTimeout)
+	defer cancel()
+	p.m.queued.Inc()
+	in, err := e.Wait(qctx, p.maxQueue)
+	p.m.queued.Dec()
+	switch {
+	case errors.Is(err, route.ErrQueueFull):
+		return nil, queueFullAnswer(limit)
+	case ctx.Err() != nil:
+		return nil, upstreamAnswer(ctx.Err())
+	case err != nil:
+		return nil, answer{status: http.StatusServiceUnavailable, reason: reasonQueueTimeout,
+			msg: "every instance stayed at the concurrency limit for the cold-start timeout", retryAfter: true, known: true}
+	case in == nil:
+		return nil, noInstances // the set was withdrawn while the request waited
+	}
+	return in, answer{}
+}
+
+// forward sends out to in (whose slot the caller holds) once and returns
+// the time it took. The function's in-flight count is released even when
+// the copy aborts the handler.
 func (p *proxy) forward(w http.ResponseWriter, out *http.Request, e *route.Entry, in *route.Instance) time.Duration {
 	e.InFlight.Add(1)
-	in.InFlight.Add(1)
 	in.Requests.Add(1)
-	defer func() {
-		in.InFlight.Add(-1)
-		e.InFlight.Add(-1)
-	}()
+	defer e.InFlight.Add(-1)
 	t := time.Now()
 	p.rp.ServeHTTP(w, out)
 	return time.Since(t)

@@ -44,35 +44,6 @@ type Assignment struct {
 	evicted []string
 }
 
-// Pick returns the instance with the fewest local in-flight requests,
-// scanning from index start (the caller rotates it) so ties spread round
-// robin. It returns nil when the set is empty.
-func (a *Assignment) Pick(start uint32) *Instance { return a.PickExcept(start, nil) }
-
-// PickExcept is Pick over the instances not in except (those that already
-// failed the request being retried). It returns nil when none is left.
-func (a *Assignment) PickExcept(start uint32, except []*Instance) *Instance {
-	n := len(a.Instances)
-	if n == 0 {
-		return nil
-	}
-	var best *Instance
-	bestLoad := int64(-1)
-	for i := range n {
-		in := a.Instances[(int(start%uint32(n))+i)%n]
-		if len(except) > 0 && slices.Contains(except, in) {
-			continue
-		}
-		if l := in.InFlight.Load(); bestLoad < 0 || l < bestLoad {
-			best, bestLoad = in, l
-			if l == 0 {
-				break
-			}
-		}
-	}
-	return best
-}
-
 // Entry is one function's cache slot. It is created on the first successful
 // resolution and lives as long as the Cache.
 type Entry struct {
@@ -81,7 +52,7 @@ type Entry struct {
 	Key string
 
 	assignment atomic.Pointer[Assignment]
-	rr         atomic.Uint32
+	q          queue
 
 	InFlight atomic.Int64
 	// Cumulative for the router's incarnation.
@@ -92,9 +63,6 @@ type Entry struct {
 
 // Assignment returns the current assignment, nil when none is usable.
 func (e *Entry) Assignment() *Assignment { return e.assignment.Load() }
-
-// NextPick returns the rotating start index for Assignment.Pick.
-func (e *Entry) NextPick() uint32 { return e.rr.Add(1) }
 
 // Cache maps functions to their entries. The zero value is ready to use.
 type Cache struct {
@@ -182,6 +150,7 @@ func (c *Cache) Store(r Ref, u Update) (e *Entry, held *Assignment, applied bool
 		next.Instances = append(next.Instances, in)
 	}
 	e.assignment.Store(next)
+	e.q.wakeAll()
 	return e, next, true
 }
 
@@ -215,6 +184,7 @@ func (c *Cache) Remove(r Ref, generation uint64) uint64 {
 		return old.Generation
 	}
 	e.assignment.Store(nil)
+	e.q.wakeAll()
 	return 0
 }
 
@@ -240,6 +210,7 @@ func (c *Cache) Evict(r Ref, podUID string) bool {
 		evicted:    append(slices.Clone(old.evicted), podUID),
 	}
 	e.assignment.Store(next)
+	e.q.wakeAll()
 	return true
 }
 

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"math/rand/v2"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -126,72 +127,6 @@ func TestLookupMissAndEntries(t *testing.T) {
 	}
 }
 
-func TestPick(t *testing.T) {
-	a := &Assignment{}
-	if a.Pick(0) != nil {
-		t.Fatal("empty set picked an instance")
-	}
-	for _, info := range infos("1", "2", "3") {
-		a.Instances = append(a.Instances, &Instance{InstanceInfo: info})
-	}
-	a.Instances[0].InFlight.Store(2)
-	a.Instances[1].InFlight.Store(1)
-	a.Instances[2].InFlight.Store(1)
-	tests := []struct {
-		start uint32
-		want  string
-	}{{0, "2"}, {1, "2"}, {2, "3"}, {3, "2"}}
-	for _, tt := range tests {
-		if got := a.Pick(tt.start).PodUID; got != tt.want {
-			t.Errorf("Pick(%d) = %s, want %s", tt.start, got, tt.want)
-		}
-	}
-	// All idle: round robin.
-	for _, in := range a.Instances {
-		in.InFlight.Store(0)
-	}
-	var got []string
-	for i := range uint32(4) {
-		got = append(got, a.Pick(i).PodUID)
-	}
-	if diff := cmp.Diff([]string{"1", "2", "3", "1"}, got); diff != "" {
-		t.Errorf("idle picks (-want +got):\n%s", diff)
-	}
-}
-
-func TestPickExcept(t *testing.T) {
-	a := &Assignment{}
-	for _, info := range infos("1", "2", "3") {
-		a.Instances = append(a.Instances, &Instance{InstanceInfo: info})
-	}
-	a.Instances[0].InFlight.Store(0)
-	a.Instances[1].InFlight.Store(5)
-	a.Instances[2].InFlight.Store(3)
-	i1, i2, i3 := a.Instances[0], a.Instances[1], a.Instances[2]
-	tests := []struct {
-		name   string
-		except []*Instance
-		want   string // "" for nil
-	}{
-		{"none excluded", nil, "1"},
-		{"least loaded excluded", []*Instance{i1}, "3"},
-		{"two excluded", []*Instance{i1, i3}, "2"},
-		{"all excluded", []*Instance{i1, i2, i3}, ""},
-		{"a stranger excluded", []*Instance{{InstanceInfo: InstanceInfo{PodUID: "1"}}}, "1"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := ""
-			if in := a.PickExcept(0, tt.except); in != nil {
-				got = in.PodUID
-			}
-			if got != tt.want {
-				t.Errorf("PickExcept = %q, want %q", got, tt.want)
-			}
-		})
-	}
-}
-
 func BenchmarkLookup(b *testing.B) {
 	var c Cache
 	for i := range 1000 {
@@ -204,8 +139,10 @@ func BenchmarkLookup(b *testing.B) {
 		if a == nil {
 			b.Fatal("miss")
 		}
-		if in := a.Pick(e.NextPick()); in == nil {
+		in := a.Acquire(rand.Uint64(), 0, nil)
+		if in == nil {
 			b.Fatal("no instance")
 		}
+		e.Release(in)
 	}
 }

@@ -23,6 +23,14 @@
 // flood of requests for an unknown name does not reach the control plane.
 // Only a cache miss consults it; it takes the time from its caller.
 //
+// Pick: Assignment.Acquire draws two distinct instances from a random
+// number the caller supplies and takes a slot on the less loaded (local
+// in-flight), skipping instances at the function's concurrencyLimit; the
+// slot is a CAS on the instance's in-flight count, so the limit holds under
+// any concurrency. Entry.Wait queues a request (FIFO, bounded, no
+// goroutine) until Entry.Release hands it a freed slot or a new assignment
+// makes room.
+//
 // Generations: an Assignment replaces the held one only when its generation
 // is newer, or when it is the same generation and the held set is empty (a
 // refill after evictions, minus the instances evicted from that generation).

@@ -1,0 +1,118 @@
+package noderouter
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"skipper.dev/skipper/noderouter/route"
+	pb "skipper.dev/skipper/proto/skipperv1"
+)
+
+// limited answers GetInstance with one instance and a concurrency limit.
+func limited(limit uint32, ins ...*pb.Instance) func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+	return func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return &pb.GetInstanceResponse{Function: req.GetFunction(), Generation: 1, Instances: ins,
+			Config: &pb.FunctionConfig{ConcurrencyLimit: limit}}, nil
+	}
+}
+
+// goCall sends a request in the background; its answer arrives on the
+// returned channel.
+func (h *harness) goCall(t *testing.T, fn, path string) <-chan reply {
+	t.Helper()
+	ch := make(chan reply, 1)
+	go func() {
+		code, b, err := h.send(t.Context(), "GET", fn, path, "")
+		if err != nil {
+			code, b = -1, []byte(err.Error())
+		}
+		ch <- reply{status: code, body: b}
+	}()
+	return ch
+}
+
+func reasonIn(t *testing.T, r reply) string {
+	t.Helper()
+	return reasonOf(t, r.body)
+}
+
+func TestConcurrencyLimitQueues(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", limited(1, inst("uid-1", startEcho(t, "uid-1"))))
+	h := startRouter(t, fake, func(c *Config) { c.MaxQueue = 1 })
+	ref := route.Ref{Namespace: "default", Name: "echo"}
+
+	first := h.goCall(t, "default/echo", "/?sleep=300ms")
+	poll(t, "the first request in flight", func() bool {
+		e, _ := h.rt.cache.Lookup(ref)
+		return e != nil && e.InFlight.Load() == 1
+	})
+	second := h.goCall(t, "default/echo", "/")
+	poll(t, "the second request queued", func() bool {
+		e, _ := h.rt.cache.Lookup(ref)
+		return e.Queued() == 1
+	})
+	fake.waitFor(t, "a report with one queued request", func(f *fakeController) bool {
+		n := len(f.reports)
+		if n == 0 || len(f.reports[n-1].GetFunctions()) == 0 {
+			return false
+		}
+		fr := f.reports[n-1].GetFunctions()[0]
+		return fr.GetQueued() == 1 && fr.GetInFlight() == 1
+	})
+
+	// The queue holds one: the third is turned away at once.
+	r := h.call(t, "default/echo")
+	if r.status != 503 || r.header.Get("Retry-After") == "" || reasonIn(t, r) != reasonQueueFull {
+		t.Errorf("third request: %d, Retry-After %q, body %s; want 503 queue_full with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
+	}
+	for name, ch := range map[string]<-chan reply{"first": first, "second": second} {
+		if r := <-ch; r.status != 200 {
+			t.Errorf("%s request: %d %s", name, r.status, r.body)
+		}
+	}
+	if got := len(fake.getCalls()); got != 1 {
+		t.Errorf("GetInstance calls = %d, want 1 (a full function queues; the controller scales from the reports)", got)
+	}
+	e, a := h.rt.cache.Lookup(ref)
+	if e.Queued() != 0 || a.Instances[0].InFlight.Load() != 0 || e.InFlight.Load() != 0 {
+		t.Errorf("afterwards queued %d, in-flight %d/%d; want 0", e.Queued(), a.Instances[0].InFlight.Load(), e.InFlight.Load())
+	}
+}
+
+func TestConcurrencyLimitQueueTimeout(t *testing.T) {
+	fake := startFakeController(t)
+	fake.handle("default/echo", limited(1, inst("uid-1", startEcho(t, "uid-1"))))
+	fake.handle("default/strict", limited(1, inst("uid-2", startEcho(t, "uid-2"))))
+	h := startRouter(t, fake, func(c *Config) { c.ColdStartTimeout = 100 * time.Millisecond })
+
+	busy := h.goCall(t, "default/echo", "/?sleep=1s")
+	poll(t, "the first request in flight", func() bool {
+		e, _ := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"})
+		return e != nil && e.InFlight.Load() == 1
+	})
+	start := time.Now()
+	r := h.call(t, "default/echo")
+	if r.status != 503 || r.header.Get("Retry-After") == "" || reasonIn(t, r) != reasonQueueTimeout {
+		t.Errorf("queued request: %d, body %s; want 503 queue_timeout with Retry-After", r.status, r.body)
+	}
+	if d := time.Since(start); d > 900*time.Millisecond {
+		t.Errorf("the queued request waited %s: longer than the cold-start timeout", d)
+	}
+	if r := <-busy; r.status != 200 {
+		t.Errorf("busy request: %d", r.status)
+	}
+
+	// --max-queue 0: no queue at all.
+	h = startRouter(t, fake, func(c *Config) { c.MaxQueue = 0 })
+	busy = h.goCall(t, "default/strict", "/?sleep=300ms")
+	poll(t, "the first request in flight", func() bool {
+		e, _ := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "strict"})
+		return e != nil && e.InFlight.Load() == 1
+	})
+	if r := h.call(t, "default/strict"); r.status != 503 || reasonIn(t, r) != reasonQueueFull {
+		t.Errorf("with no queue: %d %s; want 503 queue_full", r.status, r.body)
+	}
+	<-busy
+}
