@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,9 +57,10 @@ func splitKey(key string) (ns, name string, ok bool) {
 }
 
 // ensureInstance returns the function's ready instance set, claiming a pool
-// pod when the set is empty (after leaving out unusable). Claims for one
-// function are serialised: concurrent callers share the claim in flight
-// rather than each claiming a pod.
+// pod when the set is empty (after leaving out unusable). A caller never
+// claims while another claim for the function is in flight (the
+// supervisor's or another caller's): it waits for that one, so concurrent
+// callers share claims rather than each claiming a pod.
 func (c *controller) ensureInstance(ctx context.Context, fn *v1alpha1.Function, port int32, node string, unusable []string) ([]instance, bool, error) {
 	if set := c.currentSet(fn, port, unusable); len(set) > 0 {
 		return set, false, nil
@@ -82,35 +85,106 @@ func (c *controller) ensureInstance(ctx context.Context, fn *v1alpha1.Function, 
 	}
 }
 
-// joinFlight returns the claim in flight for fn, starting one if none is.
-// The claim runs under the controller's context, not the caller's, so a
-// caller that gives up does not waste a claim others wait on; it is bounded
-// by --claim-timeout plus --assign-timeout.
+// flightKind says what a claim is for.
+type flightKind int
+
+const (
+	// flightCold: GetInstance found the set empty; the claim gives up as
+	// soon as the set holds an instance.
+	flightCold flightKind = iota
+	// flightScale: the supervisor scales up; the claim always claims.
+	flightScale
+	// flightOneshot: a fresh instance for one call, never in the shared set.
+	flightOneshot
+)
+
+// joinFlight returns a claim in flight for fn, starting a cold one if none is.
 func (c *controller) joinFlight(fn *v1alpha1.Function, port int32, node string, unusable []string) (*flight, bool) {
-	key := fn.Key()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if f, ok := c.flights[key]; ok {
-		return f, false
+	if fs := c.flights[fn.Key()]; len(fs) > 0 {
+		return fs[0], false
 	}
-	f := &flight{done: make(chan struct{})}
-	c.flights[key] = f
+	return c.startFlightLocked(fn, port, flightCold, node, "", unusable), true
+}
+
+// startFlightLocked starts one claim for fn; c.mu is held. Until it ends, the
+// flight counts as an expected instance of fn. The claim runs under the
+// controller's context, not a caller's, so a caller that gives up does not
+// waste a claim others wait on; it is bounded by --claim-timeout plus
+// --assign-timeout. When it succeeds, the claimed pod becomes assumed in
+// the same critical section that ends the flight, so the expectation is
+// never dropped in between.
+func (c *controller) startFlightLocked(fn *v1alpha1.Function, port int32, kind flightKind, node, router string, unusable []string) *flight {
+	key := fn.Key()
+	f := &flight{done: make(chan struct{}), kind: kind}
+	c.flights[key] = append(c.flights[key], f)
 	c.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.ClaimTimeout+c.cfg.AssignTimeout)
 		defer cancel()
-		err := c.claim(ctx, fn, port, node, unusable)
+		pod, err := c.claim(ctx, fn, port, kind, node, router, unusable)
+		now := time.Now()
 		c.mu.Lock()
-		delete(c.flights, key)
+		c.flights[key] = slices.DeleteFunc(c.flights[key], func(o *flight) bool { return o == f })
+		if len(c.flights[key]) == 0 {
+			delete(c.flights, key)
+		}
+		if pod != nil {
+			c.assumed[key] = append(c.assumed[key], assumedPod{pod: pod, at: now})
+		}
 		c.mu.Unlock()
-		f.err = err
+		if pod != nil {
+			c.fnQueue.Add(key)
+		}
+		c.claimDone(fn, err)
+		f.pod, f.err = pod, err
 		close(f.done)
 	})
-	return f, true
+	return f
+}
+
+// scaleUp starts claims until fn's expected instances (observed, assumed
+// and in flight) reach want, and returns how many it started. The count
+// and the new flights are one critical section, so concurrent callers
+// never claim for the same need twice, however far the informer lags.
+func (c *controller) scaleUp(fn *v1alpha1.Function, port int32, want int) int {
+	pods := c.cache.functionPods(fn.Namespace, fn.Name)
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	have := c.expectedLocked(fn, pods, now)
+	n := want - have
+	for range n {
+		c.startFlightLocked(fn, port, flightScale, "", "", nil)
+	}
+	return max(n, 0)
+}
+
+// expectedLocked counts fn's expected instances: claimed pods the cache
+// shows (not terminating, not withdrawn, not restarted), claims it does not
+// show yet, and claims in flight. c.mu is held; pods is a cache read taken
+// before the lock, so a claim that ended in between is counted as assumed.
+func (c *controller) expectedLocked(fn *v1alpha1.Function, pods []*corev1.Pod, now time.Time) int {
+	n := 0
+	for _, p := range pods {
+		if countsAsInstance(p, fn) && !c.retiredLocked(p.UID, now) {
+			n++
+		}
+	}
+	return n + len(c.assumedLocked(fn.Key(), pods, now)) + len(c.flights[fn.Key()])
+}
+
+// countsAsInstance reports whether a cached pod is one of fn's instances
+// for scaling: claimed by this Function, not terminating, not restarted.
+func countsAsInstance(p *corev1.Pod, fn *v1alpha1.Function) bool {
+	return p.Labels[v1alpha1.LabelFunction] == fn.Name && ownedBy(p, fn) && p.DeletionTimestamp == nil && !restartedSinceClaim(p)
 }
 
 // claim claims one pool pod for fn and assigns it, waiting up to
-// --claim-timeout for a pool pod to become Ready when none is.
-func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int32, node string, unusable []string) error {
+// --claim-timeout for a pool pod to become Ready when none is. A cold
+// claim returns (nil, nil) once the set holds an instance. At most
+// --max-parallel-claims claims patch and assign at once.
+func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int32, kind flightKind, node, router string, unusable []string) (*corev1.Pod, error) {
 	poolKey := fn.Namespace + "/" + fn.Spec.Pool
 	deadline := time.NewTimer(c.cfg.ClaimTimeout)
 	defer deadline.Stop()
@@ -126,27 +200,27 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 		// Checked on every pass: while this replica waits, the informer may
 		// catch up with a claim made just before, or made by another replica
 		// answering a forwarded request.
-		if set := c.currentSet(fn, port, unusable); len(set) > 0 {
-			return nil
+		if kind == flightCold && len(c.currentSet(fn, port, unusable)) > 0 {
+			return nil, nil
 		}
-		for _, p := range claimCandidates(fn.Spec.Pool, c.cache.poolPods(fn.Namespace, fn.Spec.Pool), node, c.assumedUIDs()) {
-			claimed, err := c.claimPod(ctx, p, fn)
+		tried := map[string]bool{} // pods this pass lost: the cache may still show them as they were
+		for {
+			p := c.reserveCandidate(fn, node, tried)
+			if p == nil {
+				break
+			}
+			tried[string(p.UID)] = true
+			claimed, err := c.claimReserved(ctx, p, fn, port, router)
 			if errors.Is(err, errClaimLost) {
 				c.log.Debug("claim lost, trying next pod", "function", fn.Key(), "pod", p.Name, "err", err)
 				continue
 			}
 			if err != nil {
-				return err
+				return nil, err
 			}
-			if err := c.assignPod(ctx, claimed, fn, port); err != nil {
-				c.deleteOrphan(claimed, err)
-				return withReason(ErrAssign, "assign pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
-			}
-			c.assume(fn.Key(), claimed, time.Now())
-			c.fnQueue.Add(fn.Key())
 			c.log.Info("claimed pod", "function", fn.Key(), "pod", claimed.Name, "node", claimed.Spec.NodeName,
-				"waited", time.Since(start))
-			return nil
+				"waited", time.Since(start), "oneshot", kind == flightOneshot)
+			return claimed, nil
 		}
 		if !waiting {
 			waiting = true
@@ -155,19 +229,68 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 		select {
 		case <-changed:
 		case <-deadline.C:
-			return withReason(ErrPoolEmpty, "pool %s has no ready pods (waited %s for function %s)", poolKey, c.cfg.ClaimTimeout, fn.Key())
+			return nil, withReason(ErrPoolEmpty, "pool %s has no ready pods (waited %s for function %s)", poolKey, c.cfg.ClaimTimeout, fn.Key())
 		case <-ctx.Done():
-			return fmt.Errorf("claim for function %s: %w", fn.Key(), ctx.Err())
+			return nil, fmt.Errorf("claim for function %s: %w", fn.Key(), ctx.Err())
 		}
 	}
+}
+
+// reserveCandidate returns the best pool pod for fn that no claim of this
+// replica has taken or is taking and that is not in skip, and reserves it;
+// nil when there is none.
+func (c *controller) reserveCandidate(fn *v1alpha1.Function, node string, skip map[string]bool) *corev1.Pod {
+	pool := c.cache.poolPods(fn.Namespace, fn.Spec.Pool)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	exclude := maps.Clone(skip)
+	for _, as := range c.assumed {
+		for _, a := range as {
+			exclude[string(a.pod.UID)] = true
+		}
+	}
+	for uid := range c.reserved {
+		exclude[string(uid)] = true
+	}
+	cands := claimCandidates(fn.Spec.Pool, pool, node, exclude)
+	if len(cands) == 0 {
+		return nil
+	}
+	c.reserved[cands[0].UID] = true
+	return cands[0]
+}
+
+// claimReserved claims and assigns the reserved pod p, holding a slot of
+// --max-parallel-claims, and releases the reservation.
+func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alpha1.Function, port int32, router string) (*corev1.Pod, error) {
+	defer func() {
+		c.mu.Lock()
+		delete(c.reserved, p.UID)
+		c.mu.Unlock()
+	}()
+	select {
+	case c.claimSlots <- struct{}{}:
+		defer func() { <-c.claimSlots }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("claim for function %s: waiting for a claim slot: %w", fn.Key(), ctx.Err())
+	}
+	claimed, err := c.claimPod(ctx, p, fn, claimInfo{At: time.Now(), Router: router})
+	if err != nil {
+		return nil, err
+	}
+	if err := c.assignPod(ctx, claimed, fn, port); err != nil {
+		c.deleteOrphan(claimed, err)
+		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
+	}
+	return claimed, nil
 }
 
 // errClaimLost means another writer changed the pod first; try the next.
 var errClaimLost = errors.New("pod changed since cached")
 
 // claimPod applies the claim patch to pod and returns the claimed pod.
-func (c *controller) claimPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function) (*corev1.Pod, error) {
-	patch, err := claimPatch(pod, fn)
+func (c *controller) claimPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) (*corev1.Pod, error) {
+	patch, err := claimPatch(pod, fn, info)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", errClaimLost, err)
 	}
@@ -237,7 +360,7 @@ func (c *controller) deleteOrphan(pod *corev1.Pod, cause error) {
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	// Until the informer shows it gone, the pod must not be handed out.
-	c.retire(pod.UID, time.Now())
+	c.retire(pod.UID, time.Now().Add(assumedTTL))
 	if err != nil && !apierrors.IsNotFound(err) {
 		c.log.Error("delete pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause, "err", err)
 		return

@@ -50,6 +50,28 @@ type Config struct {
 	ResyncPeriod time.Duration
 	// ReportInterval is the heartbeat interval announced to routers in Welcome.
 	ReportInterval time.Duration
+	// HeartbeatTimeout is how long a router may stay silent before its
+	// report counts as zero; a new owner waits this long (one full heartbeat
+	// window) before it scales a function down.
+	HeartbeatTimeout time.Duration
+	// ScaleInterval is the supervisors' tick: ownership check, scaling
+	// decision, drain progress and status.
+	ScaleInterval time.Duration
+	// ScaleDownStabilization is the window over which scale-down takes the
+	// highest recommendation (HPA's scale-down stabilization).
+	ScaleDownStabilization time.Duration
+	// MaxParallelClaims bounds the claims (patch and assign) running at once
+	// across all functions.
+	MaxParallelClaims int
+	// DrainTimeout bounds how long a withdrawn instance waits for routers'
+	// acks and zero in-flight before it is deleted anyway.
+	DrainTimeout time.Duration
+	// StatusInterval is the shortest time between two status writes of one
+	// Function.
+	StatusInterval time.Duration
+	// OneshotLease is how long a oneshot instance handed to a router may go
+	// unreleased before the controller deletes it.
+	OneshotLease time.Duration
 	// Kubeconfig is a kubeconfig file; empty means in-cluster configuration.
 	Kubeconfig string
 	// KubeAPIQPS and KubeAPIBurst limit the client's request rate.
@@ -62,18 +84,25 @@ type Config struct {
 // DefaultConfig returns the defaults every flag starts from.
 func DefaultConfig() Config {
 	return Config{
-		GRPCListen:        ":9090",
-		HTTPListen:        ":9091",
-		ControllerService: "skipper-controller",
-		AssignTimeout:     5 * time.Second,
-		ClaimTimeout:      10 * time.Second,
-		ForwardTimeout:    15 * time.Second,
-		ShutdownTimeout:   10 * time.Second,
-		ResyncPeriod:      10 * time.Minute,
-		ReportInterval:    time.Second,
-		KubeAPIQPS:        50,
-		KubeAPIBurst:      100,
-		LogLevel:          "info",
+		GRPCListen:             ":9090",
+		HTTPListen:             ":9091",
+		ControllerService:      "skipper-controller",
+		AssignTimeout:          5 * time.Second,
+		ClaimTimeout:           10 * time.Second,
+		ForwardTimeout:         15 * time.Second,
+		ShutdownTimeout:        10 * time.Second,
+		ResyncPeriod:           10 * time.Minute,
+		ReportInterval:         time.Second,
+		HeartbeatTimeout:       3 * time.Second,
+		ScaleInterval:          time.Second,
+		MaxParallelClaims:      8,
+		DrainTimeout:           30 * time.Second,
+		StatusInterval:         time.Second,
+		OneshotLease:           15 * time.Minute,
+		ScaleDownStabilization: 300 * time.Second,
+		KubeAPIQPS:             50,
+		KubeAPIBurst:           100,
+		LogLevel:               "info",
 	}
 }
 
@@ -117,6 +146,13 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "`duration` graceful shutdown may take before connections are closed")
 	fs.DurationVar(&c.ResyncPeriod, "resync-period", c.ResyncPeriod, "informer resync `duration`; every object is re-examined this often")
 	fs.DurationVar(&c.ReportInterval, "report-interval", c.ReportInterval, "heartbeat `duration` announced to routers in Welcome")
+	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", c.HeartbeatTimeout, "`duration` after which a silent router's load counts as zero; a new owner scales down only after one such window")
+	fs.DurationVar(&c.ScaleInterval, "scale-interval", c.ScaleInterval, "`duration` between two ticks of a function's supervisor (ownership, scaling decision, drain, status)")
+	fs.DurationVar(&c.ScaleDownStabilization, "scale-down-stabilization", c.ScaleDownStabilization, "scale-down stabilization window `duration`: scale-down goes only to the highest recommendation within it")
+	fs.IntVar(&c.MaxParallelClaims, "max-parallel-claims", c.MaxParallelClaims, "most `claims` (patch and assign) running at once across all functions")
+	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "longest `duration` a withdrawn instance waits for every router's ack and zero in-flight before it is deleted")
+	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "shortest `duration` between two status writes of one Function")
+	fs.DurationVar(&c.OneshotLease, "oneshot-lease", c.OneshotLease, "`duration` after which a oneshot instance never released by its router is deleted")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig `file`; empty uses the in-cluster service account")
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "sustained `rate` of requests to the Kubernetes API")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst `count` of requests to the Kubernetes API")
@@ -242,10 +278,24 @@ func (c Config) Validate() error {
 		{"--forward-timeout", c.ForwardTimeout},
 		{"--shutdown-timeout", c.ShutdownTimeout},
 		{"--report-interval", c.ReportInterval},
+		{"--heartbeat-timeout", c.HeartbeatTimeout},
+		{"--scale-interval", c.ScaleInterval},
+		{"--drain-timeout", c.DrainTimeout},
+		{"--status-interval", c.StatusInterval},
+		{"--oneshot-lease", c.OneshotLease},
 	} {
 		if d.v <= 0 {
 			add("%s: must be positive, got %s", d.name, d.v)
 		}
+	}
+	if c.ScaleDownStabilization < 0 {
+		add("--scale-down-stabilization: must not be negative, got %s", c.ScaleDownStabilization)
+	}
+	if c.HeartbeatTimeout > 0 && c.ReportInterval > 0 && c.HeartbeatTimeout <= c.ReportInterval {
+		add("--heartbeat-timeout %s: must exceed --report-interval %s, or every router would count as silent between two reports", c.HeartbeatTimeout, c.ReportInterval)
+	}
+	if c.MaxParallelClaims <= 0 {
+		add("--max-parallel-claims: must be positive, got %d", c.MaxParallelClaims)
 	}
 	if c.ResyncPeriod < 0 {
 		add("--resync-period: must not be negative, got %s", c.ResyncPeriod)

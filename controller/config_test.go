@@ -83,6 +83,14 @@ func TestParseConfig(t *testing.T) {
 				c.ClaimTimeout, c.AssignTimeout, c.Namespaces, c.GRPCListen = 3*time.Second, 250*time.Millisecond, []string{"a", "b"}, "198.18.1.5:9090"
 			}),
 		},
+		{
+			name: "scaling flags and env",
+			args: []string{"--scale-interval=200ms", "--max-parallel-claims=3"},
+			env:  map[string]string{"SKIPPER_DRAIN_TIMEOUT": "4s", "SKIPPER_SCALE_DOWN_STABILIZATION": "5s"},
+			want: base(func(c *Config) {
+				c.ScaleInterval, c.MaxParallelClaims, c.DrainTimeout, c.ScaleDownStabilization = 200*time.Millisecond, 3, 4*time.Second, 5*time.Second
+			}),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -156,6 +164,20 @@ func TestValidate(t *testing.T) {
 				c.AssignTimeout, c.ClaimTimeout, c.ResyncPeriod, c.KubeAPIQPS, c.KubeAPIBurst = 0, -1, -1, 0, 0
 			},
 			want: []string{"--assign-timeout", "--claim-timeout", "--resync-period", "--kube-api-qps", "--kube-api-burst"},
+		},
+		{
+			name: "scaling intervals and limits",
+			modify: func(c *Config) {
+				c.ScaleInterval, c.DrainTimeout, c.StatusInterval, c.OneshotLease = 0, -1, 0, 0
+				c.ScaleDownStabilization, c.MaxParallelClaims = -1, 0
+			},
+			want: []string{"--scale-interval", "--drain-timeout", "--status-interval", "--oneshot-lease",
+				"--scale-down-stabilization", "--max-parallel-claims"},
+		},
+		{
+			name:   "heartbeat timeout not above the report interval",
+			modify: func(c *Config) { c.HeartbeatTimeout, c.ReportInterval = time.Second, time.Second },
+			want:   []string{"--heartbeat-timeout 1s: must exceed --report-interval"},
 		},
 		{name: "log level", modify: func(c *Config) { c.LogLevel = "loud" }, want: []string{"--log-level"}},
 	}

@@ -3,19 +3,21 @@ package controller
 import (
 	"context"
 	"crypto/ed25519"
-	"encoding/json"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -51,11 +53,24 @@ type controller struct {
 
 	podsChanged broadcast // woken on every pool pod event; claim waiters re-check
 
-	mu      sync.Mutex
-	fns     map[string]*fnState     // by function key, for functions this replica answered for or owns
-	flights map[string]*flight      // claims in progress, by function key
-	assumed map[string][]assumedPod // claims the informer may not show yet, by function key
-	retired map[types.UID]time.Time // pods being deleted that the informer may still show as instances
+	// claimSlots bounds the claims patching and assigning at once
+	// (--max-parallel-claims).
+	claimSlots chan struct{}
+
+	events   record.EventBroadcaster
+	recorder record.EventRecorder
+
+	mu       sync.Mutex
+	fns      map[string]*fnState     // by function key, for functions this replica answered for or owns
+	flights  map[string][]*flight    // claims in progress, by function key: expected instances
+	assumed  map[string][]assumedPod // claims the informer may not show yet, by function key
+	reserved map[types.UID]bool      // pool pods a claim in flight is patching
+	retired  map[types.UID]time.Time // withdrawn or deleted pods kept out of every set, until the time given
+	sups     map[string]*supervisor  // running supervisors, by function key
+	statusAt map[string]time.Time    // last status write, by function key
+	owned    map[string]bool         // functions this replica owned at the last ring sync
+	// ringSynced is set after the first ring sync.
+	ringSynced bool
 
 	// runCtx ends when the controller stops; work not tied to one caller
 	// (claims shared by several callers) runs under it.
@@ -90,9 +105,11 @@ type assumedPod struct {
 }
 
 // flight is one claim in progress; callers for the same function wait on
-// done instead of claiming again.
+// done instead of claiming again. pod and err are set before done closes.
 type flight struct {
+	kind flightKind
 	done chan struct{}
+	pod  *corev1.Pod
 	err  error
 }
 
@@ -140,10 +157,15 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "functions"}),
 		ringQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ring"}),
-		fns:     map[string]*fnState{},
-		flights: map[string]*flight{},
-		assumed: map[string][]assumedPod{},
-		retired: map[types.UID]time.Time{},
+		claimSlots: make(chan struct{}, cfg.MaxParallelClaims),
+		fns:        map[string]*fnState{},
+		flights:    map[string][]*flight{},
+		assumed:    map[string][]assumedPod{},
+		reserved:   map[types.UID]bool{},
+		retired:    map[types.UID]time.Time{},
+		sups:       map[string]*supervisor{},
+		statusAt:   map[string]time.Time{},
+		owned:      map[string]bool{},
 	}
 	c.addHandlers()
 	return c, nil
@@ -187,7 +209,14 @@ func (c *controller) addHandlers() {
 
 // start runs the informers and work queues on c.wg; they stop when ctx ends.
 func (c *controller) start(ctx context.Context) {
+	c.events = record.NewBroadcaster(record.WithContext(ctx))
+	c.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.core.CoreV1().Events("")})
+	scheme := runtime.NewScheme()
+	_ = v1alpha1.AddToScheme(scheme)
+	c.recorder = c.events.NewRecorder(scheme, corev1.EventSource{Component: "skipper-controller", Host: c.cfg.PodName})
+	c.mu.Lock()
 	c.runCtx = ctx
+	c.mu.Unlock()
 	c.cache.run(ctx, &c.wg)
 	for _, q := range []struct {
 		name string
@@ -214,6 +243,14 @@ func (c *controller) start(ctx context.Context) {
 func (c *controller) stop() {
 	c.wg.Wait()
 	c.fwd.close()
+	c.events.Shutdown()
+}
+
+// event records an Event about fn; the broadcaster aggregates repeats.
+func (c *controller) event(fn *v1alpha1.Function, typ, reason, format string, a ...any) {
+	if c.recorder != nil {
+		c.recorder.Eventf(fn, typ, reason, format, a...)
+	}
 }
 
 func (c *controller) runQueue(ctx context.Context, name string, q workqueue.TypedRateLimitingInterface[string], f func(context.Context, string) error) {
@@ -267,13 +304,33 @@ func (c *controller) syncRing() {
 		}
 	}
 	c.metrics.ringMembers.Set(float64(len(members)))
-	owned := 0
+	owned := map[string]bool{}
 	for _, fn := range c.cache.functions() {
 		if c.owns(fn.Key()) {
-			owned++
+			owned[fn.Key()] = true
 		}
 	}
-	c.metrics.ownedFunctions.Set(float64(owned))
+	c.mu.Lock()
+	moves := 0
+	for k := range owned {
+		if !c.owned[k] {
+			moves++
+		}
+	}
+	for k := range c.owned {
+		if !owned[k] {
+			moves++
+		}
+	}
+	first := c.ringSynced
+	c.owned, c.ringSynced = owned, true
+	c.mu.Unlock()
+	if first {
+		// Functions this replica gained or lost; the first sync is a start,
+		// not a move.
+		c.metrics.ownershipMoves.Add(float64(moves))
+	}
+	c.metrics.ownedFunctions.Set(float64(len(owned)))
 }
 
 // owner returns the ring member owning key by this replica's view, or ""
@@ -310,24 +367,32 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 		c.forget(key, false, false)
 		return nil
 	}
-	byState := map[string]int{}
-	for _, p := range c.cache.functionPods(ns, name) {
-		if ownedBy(p, fn) {
-			byState[instanceState(p)]++
+	pods := c.cache.functionPods(ns, name)
+	claimed := 0
+	for _, p := range pods {
+		if ownedBy(p, fn) && p.DeletionTimestamp == nil {
+			claimed++
 		}
 	}
-	c.metrics.setInstances(key, byState)
+	// A function that keeps instances, or has some, needs its supervisor;
+	// one without is started by its first reference.
+	sup := c.supervisorFor(key, fn.Spec.MinInstances > 0 || claimed > 0)
 
-	port, err := c.port(fn)
-	if err != nil {
-		// No pool (yet): nothing to route to. GetInstance reports why.
-		return nil
+	port, perr := c.port(fn)
+	var set []instance
+	if perr == nil {
+		st, changed := c.observe(fn, c.currentSet(fn, port, nil), time.Now())
+		if changed {
+			c.hub.publish(key, st.update(fn))
+		}
+		set = st.set
 	}
-	st, changed := c.observe(fn, c.currentSet(fn, port, nil), time.Now())
-	if changed {
-		c.hub.publish(key, st.update(fn))
+	if sup != nil {
+		return nil // the supervisor writes metrics and status every tick
 	}
-	return c.patchStatus(ctx, fn, len(st.set))
+	c.metrics.setInstances(key, nil)
+	// No supervisor: nothing desired, nothing held.
+	return c.writeStatus(ctx, fn, statusView{desired: 0, ready: int32(len(set)), poolErr: perr}, time.Now())
 }
 
 // forget drops this replica's state of key. withdraw means the Function is
@@ -353,29 +418,6 @@ func (c *controller) forget(key string, withdraw, deleted bool) {
 	case !withdraw:
 		c.hub.unsubscribeAll(key)
 	}
-}
-
-// patchStatus records this replica as owner and the ready count, writing
-// only when they differ from the cached status.
-func (c *controller) patchStatus(ctx context.Context, fn *v1alpha1.Function, ready int) error {
-	s := fn.Status
-	if s.Owner == c.cfg.PodName && s.Ready == int32(ready) && s.ObservedGeneration == fn.Generation {
-		return nil
-	}
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{
-		"owner":              c.cfg.PodName,
-		"ready":              ready,
-		"observedGeneration": fn.Generation,
-	}})
-	if err != nil {
-		return err
-	}
-	_, err = c.dyn.Resource(v1alpha1.Resource).Namespace(fn.Namespace).
-		Patch(ctx, fn.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "status")
-	if err != nil {
-		return err
-	}
-	return nil
 }
 
 // observe records set as the function's current instance set and returns
@@ -407,20 +449,29 @@ func (c *controller) currentSet(fn *v1alpha1.Function, port int32, unusable []st
 	return instanceSet(fn, port, pods, c.assumedPods(fn.Key(), pods, now), append(c.retiredUIDs(now), unusable...))
 }
 
-// retire keeps a pod this replica is deleting out of every instance set
-// until assumedTTL passes (by then the informer shows the deletion).
-func (c *controller) retire(uid types.UID, now time.Time) {
+// retire keeps a pod this replica withdrew or is deleting out of every
+// instance set until until (a drain's timeout, or assumedTTL after the
+// delete, by when the informer shows the deletion).
+func (c *controller) retire(uid types.UID, until time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.retired[uid] = now
+	if until.After(c.retired[uid]) {
+		c.retired[uid] = until
+	}
+}
+
+// retiredLocked reports whether uid is retired at now; c.mu is held.
+func (c *controller) retiredLocked(uid types.UID, now time.Time) bool {
+	until, ok := c.retired[uid]
+	return ok && now.Before(until)
 }
 
 func (c *controller) retiredUIDs(now time.Time) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []string
-	for uid, at := range c.retired {
-		if now.Sub(at) > assumedTTL {
+	for uid, until := range c.retired {
+		if !now.Before(until) {
 			delete(c.retired, uid)
 			continue
 		}
@@ -429,19 +480,29 @@ func (c *controller) retiredUIDs(now time.Time) []string {
 	return out
 }
 
-// assumedPods returns the claims of key the informer does not show yet,
-// forgetting those it now shows and those older than assumedTTL.
+// assumedPods returns the claims of key the informer does not show yet.
 func (c *controller) assumedPods(key string, cached []*corev1.Pod, now time.Time) []*corev1.Pod {
-	seen := map[types.UID]bool{}
-	for _, p := range cached {
-		seen[p.UID] = true
-	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.assumedLocked(key, cached, now)
+}
+
+// assumedLocked returns the claims of key the informer does not show in
+// cached, forgetting those it shows (recording how long that took) and
+// those older than assumedTTL; c.mu is held.
+func (c *controller) assumedLocked(key string, cached []*corev1.Pod, now time.Time) []*corev1.Pod {
+	as := c.assumed[key]
+	if len(as) == 0 {
+		return nil
+	}
 	var keep []assumedPod
 	var out []*corev1.Pod
-	for _, a := range c.assumed[key] {
-		if seen[a.pod.UID] || now.Sub(a.at) > assumedTTL {
+	for _, a := range as {
+		if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == a.pod.UID }) {
+			c.metrics.informerLag.Observe(now.Sub(a.at).Seconds())
+			continue
+		}
+		if now.Sub(a.at) > assumedTTL {
 			continue
 		}
 		keep = append(keep, a)
@@ -451,26 +512,6 @@ func (c *controller) assumedPods(key string, cached []*corev1.Pod, now time.Time
 		delete(c.assumed, key)
 	} else {
 		c.assumed[key] = keep
-	}
-	return out
-}
-
-func (c *controller) assume(key string, p *corev1.Pod, now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.assumed[key] = append(c.assumed[key], assumedPod{pod: p, at: now})
-}
-
-// assumedUIDs are every pod claimed by this replica that the informer may
-// still show as a pool pod; claims skip them.
-func (c *controller) assumedUIDs() map[string]bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := map[string]bool{}
-	for _, as := range c.assumed {
-		for _, a := range as {
-			out[string(a.pod.UID)] = true
-		}
 	}
 	return out
 }

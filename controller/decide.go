@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
@@ -60,20 +61,11 @@ const (
 	stateReady       = "ready"
 	stateNotReady    = "not_ready"
 	stateTerminating = "terminating"
+	stateDraining    = "draining" // withdrawn from routers, waiting to be deleted
+	stateClaiming    = "claiming" // a claim in flight
 )
 
-var instanceStates = []string{stateReady, stateNotReady, stateTerminating}
-
-// instanceState classifies a claimed pod.
-func instanceState(p *corev1.Pod) string {
-	switch {
-	case p.DeletionTimestamp != nil:
-		return stateTerminating
-	case podReady(p):
-		return stateReady
-	}
-	return stateNotReady
-}
+var instanceStates = []string{stateReady, stateNotReady, stateTerminating, stateDraining, stateClaiming}
 
 // instance is one ready instance of a function, as handed to routers.
 type instance struct {
@@ -83,13 +75,99 @@ type instance struct {
 	Node    string
 }
 
+// Annotations a claim writes on the pod (in the claim patch itself, so
+// they are there from the moment the pod is an instance).
+const (
+	// annClaimedAt is when the pod was claimed (RFC 3339).
+	annClaimedAt = "skipper.dev/claimed-at"
+	// annClaimRestarts is the pod's container restart count at the claim:
+	// a container that restarted since has lost its assignment.
+	annClaimRestarts = "skipper.dev/claim-restarts"
+	// annOneshotRouter names the router pod a oneshot instance was handed
+	// to; only that router may release it.
+	annOneshotRouter = "skipper.dev/oneshot-router"
+)
+
+// claimInfo is what a claim records on the pod.
+type claimInfo struct {
+	At time.Time
+	// Router is the router pod a oneshot instance is handed to; empty for
+	// shared instances.
+	Router string
+}
+
+// restarts sums the restart counts of the pod's containers.
+func restarts(p *corev1.Pod) int64 {
+	var n int64
+	for _, cs := range p.Status.ContainerStatuses {
+		n += int64(cs.RestartCount)
+	}
+	return n
+}
+
+// restartedSinceClaim reports whether a container of the claimed pod
+// restarted after the claim: the process that held the assignment is gone.
+func restartedSinceClaim(p *corev1.Pod) bool {
+	v, ok := p.Annotations[annClaimRestarts]
+	if !ok {
+		return false
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	return err == nil && restarts(p) > n
+}
+
+// claimedAt is when the pod was claimed, or zero if it does not say.
+func claimedAt(p *corev1.Pod) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, p.Annotations[annClaimedAt])
+	return t
+}
+
+// victim is an instance that a scale-down may withdraw.
+type victim struct {
+	Pod       *corev1.Pod
+	Ready     bool
+	InFlight  int64
+	ClaimedAt time.Time
+}
+
+// pickVictims returns the n instances a scale-down withdraws: not ready
+// first (they serve nothing), then the least loaded (the shortest drain),
+// then the most recently claimed (HPA removes the youngest), then by name.
+func pickVictims(cands []victim, n int) []victim {
+	if n <= 0 {
+		return nil
+	}
+	out := slices.Clone(cands)
+	slices.SortFunc(out, func(a, b victim) int {
+		if a.Ready != b.Ready {
+			if !a.Ready {
+				return -1
+			}
+			return 1
+		}
+		if c := cmp.Compare(a.InFlight, b.InFlight); c != 0 {
+			return c
+		}
+		if c := b.ClaimedAt.Compare(a.ClaimedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Pod.Name, b.Pod.Name)
+	})
+	return out[:min(n, len(out))]
+}
+
 // instanceSet returns the function's ready instances, sorted by pod name:
 // pods labelled with the function's name, owned by this Function (same UID,
 // so a re-created Function never inherits its predecessor's pods), Ready and
 // not terminating. assumed are pods this replica claimed that the informer
 // may not show yet; a pod in both is taken from pods (the informer is newer
-// once it shows the label). Pods whose UID is in unusable are left out.
+// once it shows the label). Pods whose UID is in unusable are left out, and
+// so are pods whose container restarted since the claim. A oneshot
+// function has no shared set: each of its instances belongs to one call.
 func instanceSet(fn *v1alpha1.Function, port int32, pods, assumed []*corev1.Pod, unusable []string) []instance {
+	if fn.Spec.Oneshot {
+		return nil
+	}
 	seen := map[string]bool{}
 	var out []instance
 	add := func(p *corev1.Pod) {
@@ -98,7 +176,7 @@ func instanceSet(fn *v1alpha1.Function, port int32, pods, assumed []*corev1.Pod,
 		}
 		seen[string(p.UID)] = true
 		if p.Namespace != fn.Namespace || p.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(p, fn) ||
-			!podReady(p) || slices.Contains(unusable, string(p.UID)) {
+			!podReady(p) || restartedSinceClaim(p) || slices.Contains(unusable, string(p.UID)) {
 			return
 		}
 		out = append(out, instance{
@@ -177,12 +255,13 @@ func escapePointer(s string) string {
 // is absent: JSON patch cannot test absence directly) and resourceVersion is
 // unchanged (which also pins ownerReferences). It then adds the function
 // label and a non-controller ownerReference to the Function, appending to
-// ownerReferences or creating the array when the pod has none.
+// ownerReferences or creating the array when the pod has none, and the
+// claim annotations (time, restart count, and for oneshot the router).
 //
 // blockOwnerDeletion is true so a foreground deletion of the Function waits
 // for its instances; setting it needs RBAC update on functions/finalizers
 // where the OwnerReferencesPermissionEnforcement admission plugin is on.
-func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function) ([]byte, error) {
+func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) ([]byte, error) {
 	labels := pod.Labels
 	if labels == nil {
 		return nil, fmt.Errorf("pod %s/%s has no labels: not a pool pod", pod.Namespace, pod.Name)
@@ -200,6 +279,21 @@ func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function) ([]byte, error) {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences", Value: []metav1.OwnerReference{ref}})
 	} else {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences/-", Value: ref})
+	}
+	ann := map[string]string{
+		annClaimedAt:     info.At.UTC().Format(time.RFC3339Nano),
+		annClaimRestarts: strconv.FormatInt(restarts(pod), 10),
+	}
+	if info.Router != "" {
+		ann[annOneshotRouter] = info.Router
+	}
+	if len(pod.Annotations) == 0 {
+		// The resourceVersion test pins the annotations as cached: none.
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations", Value: ann})
+	} else {
+		for _, k := range slices.Sorted(maps.Keys(ann)) {
+			ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations/" + escapePointer(k), Value: ann[k]})
+		}
 	}
 	return json.Marshal(ops)
 }

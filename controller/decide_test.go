@@ -52,8 +52,9 @@ func testPod(name string, opts ...podOpt) *corev1.Pod {
 		},
 		Spec: corev1.PodSpec{NodeName: "node-1"},
 		Status: corev1.PodStatus{
-			Phase: corev1.PodRunning, PodIP: "198.18.1.10",
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}},
+			Phase: corev1.PodRunning, PodIP: "198.18.1.10", StartTime: ptr(metav1.NewTime(t0)),
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "main", RestartCount: 1}, {Name: "side", RestartCount: 1}},
+			Conditions:        []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(t0)}},
 		},
 	}
 	for _, o := range opts {
@@ -74,7 +75,15 @@ func terminating(p *corev1.Pod) {
 	p.DeletionTimestamp = &now
 }
 func onNode(n string) podOpt { return func(p *corev1.Pod) { p.Spec.NodeName = n } }
-func ip(a string) podOpt     { return func(p *corev1.Pod) { p.Status.PodIP = a } }
+func annotated(k, v string) podOpt {
+	return func(p *corev1.Pod) {
+		if p.Annotations == nil {
+			p.Annotations = map[string]string{}
+		}
+		p.Annotations[k] = v
+	}
+}
+func ip(a string) podOpt { return func(p *corev1.Pod) { p.Status.PodIP = a } }
 func readyAt(at time.Time) podOpt {
 	return func(p *corev1.Pod) { p.Status.Conditions[0].LastTransitionTime = metav1.NewTime(at) }
 }
@@ -234,6 +243,10 @@ func TestClaimPatch(t *testing.T) {
 	}{
 		{name: "unchanged pod with a ReplicaSet owner", cached: testPod("p"), live: testPod("p")},
 		{name: "unchanged pod without ownerReferences", cached: testPod("p", noOwners), live: testPod("p", noOwners)},
+		{
+			name:   "pod with annotations",
+			cached: testPod("p", annotated("a/b", "c")), live: testPod("p", annotated("a/b", "c")),
+		},
 		{name: "claimed meanwhile by another function", cached: testPod("p"), live: testPod("p", claimedBy(testFunction("other"))), wantErr: true},
 		{
 			name:   "function label added without a resourceVersion change is still caught",
@@ -243,7 +256,8 @@ func TestClaimPatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			patch, err := claimPatch(tt.cached, fn)
+			at := t0.Add(time.Minute)
+			patch, err := claimPatch(tt.cached, fn, claimInfo{At: at, Router: "router-a"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -267,6 +281,20 @@ func TestClaimPatch(t *testing.T) {
 			if !ownedBy(got, fn) {
 				t.Error("claimed pod is not owned by the function")
 			}
+			wantAnn := map[string]string{annClaimedAt: at.UTC().Format(time.RFC3339Nano), annClaimRestarts: "2", annOneshotRouter: "router-a"}
+			for k, v := range tt.live.Annotations {
+				wantAnn[k] = v
+			}
+			if diff := cmp.Diff(wantAnn, got.Annotations); diff != "" {
+				t.Errorf("annotations (-want +got):\n%s", diff)
+			}
+			if !claimedAt(got).Equal(at) || restartedSinceClaim(got) {
+				t.Errorf("claimedAt %s restarted %v, want %s and false", claimedAt(got), restartedSinceClaim(got), at)
+			}
+			got.Status.ContainerStatuses[1].RestartCount++
+			if !restartedSinceClaim(got) {
+				t.Error("a restart after the claim is not seen")
+			}
 		})
 	}
 }
@@ -274,7 +302,7 @@ func TestClaimPatch(t *testing.T) {
 func TestClaimPatchRejectsUnusableCache(t *testing.T) {
 	fn := testFunction("hello")
 	for _, p := range []*corev1.Pod{testPod("p", resourceVersion("")), {ObjectMeta: metav1.ObjectMeta{Name: "nolabels", ResourceVersion: "1"}}} {
-		if _, err := claimPatch(p, fn); err == nil {
+		if _, err := claimPatch(p, fn, claimInfo{At: t0}); err == nil {
 			t.Errorf("claimPatch(%s) succeeded, want an error", p.Name)
 		}
 	}

@@ -12,18 +12,21 @@ import (
 // Sentinel errors the controller's operations wrap; grpcStatus maps them to
 // gRPC codes, and it is the only place that does.
 var (
-	ErrInvalidName       = errors.New("invalid function name")
-	ErrFunctionNotFound  = errors.New("function not found")
-	ErrNotWatched        = errors.New("namespace not watched by this controller")
-	ErrFunctionDeleting  = errors.New("function is being deleted")
-	ErrPoolNotFound      = errors.New("pool not found")
-	ErrNoPort            = errors.New("no instance port")
-	ErrPoolEmpty         = errors.New("pool has no ready pods")
-	ErrAssign            = errors.New("assign instance")
-	ErrNotSynced         = errors.New("controller caches not synced yet")
-	ErrForward           = errors.New("forward to owner")
-	ErrShuttingDown      = errors.New("controller shutting down")
-	ErrUnimplementedOnV0 = errors.New("not implemented in this controller version")
+	ErrInvalidName      = errors.New("invalid function name")
+	ErrFunctionNotFound = errors.New("function not found")
+	ErrNotWatched       = errors.New("namespace not watched by this controller")
+	ErrFunctionDeleting = errors.New("function is being deleted")
+	ErrPoolNotFound     = errors.New("pool not found")
+	ErrNoPort           = errors.New("no instance port")
+	ErrPoolEmpty        = errors.New("pool has no ready pods")
+	ErrAssign           = errors.New("assign instance")
+	ErrNotSynced        = errors.New("controller caches not synced yet")
+	ErrForward          = errors.New("forward to owner")
+	ErrShuttingDown     = errors.New("controller shutting down")
+	ErrInstanceNotFound = errors.New("instance not found")
+	ErrNotHolder        = errors.New("instance handed to another router")
+	ErrNotOneshot       = errors.New("function is not oneshot")
+	ErrNoRouter         = errors.New("router identity missing")
 )
 
 // grpcStatus maps err to the status returned to callers. A status already
@@ -38,18 +41,18 @@ func grpcStatus(err error) *status.Status {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ErrInvalidName):
+	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrNoRouter):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrFunctionNotFound), errors.Is(err, ErrNotWatched):
+	case errors.Is(err, ErrFunctionNotFound), errors.Is(err, ErrNotWatched), errors.Is(err, ErrInstanceNotFound):
 		code = codes.NotFound
-	case errors.Is(err, ErrFunctionDeleting), errors.Is(err, ErrPoolNotFound), errors.Is(err, ErrNoPort):
+	case errors.Is(err, ErrFunctionDeleting), errors.Is(err, ErrPoolNotFound), errors.Is(err, ErrNoPort), errors.Is(err, ErrNotOneshot):
 		code = codes.FailedPrecondition
 	case errors.Is(err, ErrPoolEmpty):
 		code = codes.ResourceExhausted
 	case errors.Is(err, ErrAssign), errors.Is(err, ErrNotSynced), errors.Is(err, ErrForward), errors.Is(err, ErrShuttingDown):
 		code = codes.Unavailable
-	case errors.Is(err, ErrUnimplementedOnV0):
-		code = codes.Unimplemented
+	case errors.Is(err, ErrNotHolder):
+		code = codes.PermissionDenied
 	case errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

@@ -28,7 +28,10 @@ func TestGRPCStatus(t *testing.T) {
 		{name: "not synced", err: ErrNotSynced, want: codes.Unavailable},
 		{name: "deadline", err: fmt.Errorf("claim: %w", context.DeadlineExceeded), want: codes.DeadlineExceeded},
 		{name: "canceled", err: context.Canceled, want: codes.Canceled},
-		{name: "unimplemented", err: ErrUnimplementedOnV0, want: codes.Unimplemented},
+		{name: "instance not found", err: withReason(ErrInstanceNotFound, "no pod"), want: codes.NotFound, msg: "no pod"},
+		{name: "another router's instance", err: ErrNotHolder, want: codes.PermissionDenied},
+		{name: "not oneshot", err: ErrNotOneshot, want: codes.FailedPrecondition},
+		{name: "no router", err: ErrNoRouter, want: codes.InvalidArgument},
 		{name: "owner's status passes through", err: fmt.Errorf("forward: %w", status.Error(codes.ResourceExhausted, "from owner")), want: codes.ResourceExhausted, msg: "from owner"},
 		{name: "anything else", err: errors.New("boom"), want: codes.Internal},
 	}

@@ -85,18 +85,23 @@ func (h *hub) subscribe(id *skipperv1.RouterIdentity, fnKey string) {
 // unsubscribeAll drops fnKey from every stream's subscriptions and pending
 // updates: this replica no longer answers for it.
 func (h *hub) unsubscribeAll(fnKey string) {
-	h.mu.Lock()
-	targets := make([]*routerStream, 0, len(h.streams))
-	for _, s := range h.streams {
-		targets = append(targets, s)
-	}
-	h.mu.Unlock()
-	for _, s := range targets {
+	for _, s := range h.all() {
 		s.mu.Lock()
 		delete(s.subs, fnKey)
 		delete(s.pending, fnKey)
 		s.mu.Unlock()
 	}
+}
+
+// all returns the registered streams.
+func (h *hub) all() []*routerStream {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*routerStream, 0, len(h.streams))
+	for _, s := range h.streams {
+		out = append(out, s)
+	}
+	return out
 }
 
 // subscribed reports whether s is subscribed to fnKey.
@@ -106,15 +111,23 @@ func (s *routerStream) subscribed(fnKey string) bool {
 	return s.subs[fnKey]
 }
 
+// ackedAll reports whether every stream subscribed to fnKey has
+// acknowledged generation gen or a later one (true when none is).
+func (h *hub) ackedAll(fnKey string, gen uint64) bool {
+	for _, s := range h.all() {
+		s.mu.Lock()
+		ok := !s.subs[fnKey] || s.acked[fnKey] >= gen
+		s.mu.Unlock()
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // publish queues u for every stream subscribed to fnKey.
 func (h *hub) publish(fnKey string, u *skipperv1.AssignmentUpdate) {
-	h.mu.Lock()
-	var targets []*routerStream
-	for _, s := range h.streams {
-		targets = append(targets, s)
-	}
-	h.mu.Unlock()
-	for _, s := range targets {
+	for _, s := range h.all() {
 		s.queue(fnKey, u, false)
 	}
 }

@@ -3,6 +3,8 @@ package controller
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"skipper.dev/skipper/controller/scaling"
 )
 
 // Results of GetInstance for skipper_controller_assignments_total.
@@ -29,6 +31,24 @@ type metrics struct {
 	instances        *prometheus.GaugeVec
 	poolWaiters      *prometheus.GaugeVec
 	routerStreams    prometheus.Gauge
+	scaleDecisions   *prometheus.CounterVec
+	informerLag      prometheus.Histogram
+	ownershipMoves   prometheus.Counter
+}
+
+// Directions of skipper_controller_scale_decisions_total.
+const (
+	directionUp   = "up"
+	directionDown = "down"
+)
+
+// scaleReasons are the reasons a change of desired instances can carry in
+// each direction; their series start at zero.
+var scaleReasons = map[string][]scaling.Reason{
+	directionUp: {scaling.ReasonInFlight, scaling.ReasonCPU, scaling.ReasonMemory, scaling.ReasonMinInstances,
+		scaling.ReasonActive, scaling.ReasonMaxInstances},
+	directionDown: {scaling.ReasonInFlight, scaling.ReasonCPU, scaling.ReasonMemory, scaling.ReasonMinInstances,
+		scaling.ReasonMaxInstances, scaling.ReasonActive, scaling.ReasonIdle, scaling.ReasonStabilized},
 }
 
 func newMetrics() *metrics {
@@ -67,12 +87,26 @@ func newMetrics() *metrics {
 			Name: "skipper_controller_router_streams",
 			Help: "Open Connect streams from routers.",
 		}),
+		scaleDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skipper_controller_scale_decisions_total",
+			Help: "Changes of an owned function's desired instances, by function, direction (up, down) and the reason that set the new count.",
+		}, []string{"function", "direction", "reason"}),
+		informerLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "skipper_controller_informer_lag_seconds",
+			Help:    "Time from a claim's patch answer until the pod informer showed the claimed pod (how long expectations carry a claim).",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		}),
+		ownershipMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "skipper_controller_ownership_moves_total",
+			Help: "Functions this replica gained or lost on a ring change.",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.assignments, m.assignmentTime, m.ownedFunctions, m.ringMembers,
 		m.heartbeatBatches, m.instances, m.poolWaiters, m.routerStreams,
+		m.scaleDecisions, m.informerLag, m.ownershipMoves,
 	)
 	return m
 }
@@ -82,12 +116,18 @@ func (m *metrics) functionAdded(key string) {
 	for _, r := range assignmentResults {
 		m.assignments.WithLabelValues(key, r)
 	}
+	for dir, reasons := range scaleReasons {
+		for _, r := range reasons {
+			m.scaleDecisions.WithLabelValues(key, dir, string(r))
+		}
+	}
 }
 
 // functionRemoved drops every series of the function.
 func (m *metrics) functionRemoved(key string) {
 	m.assignments.DeletePartialMatch(prometheus.Labels{"function": key})
 	m.instances.DeletePartialMatch(prometheus.Labels{"function": key})
+	m.scaleDecisions.DeletePartialMatch(prometheus.Labels{"function": key})
 }
 
 // setInstances records the owned function's instance counts by state.

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
@@ -16,6 +17,9 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
 
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
@@ -82,13 +86,13 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	if fn.DeletionTimestamp != nil {
 		return nil, resultError, withReason(ErrFunctionDeleting, "function %s is being deleted", key)
 	}
-	if fn.Spec.Oneshot {
-		return nil, resultError, withReason(ErrUnimplementedOnV0,
-			"function %s is oneshot: oneshot functions are not implemented by this controller version", key)
-	}
 	port, err := c.port(fn)
 	if err != nil {
 		return nil, resultError, err
+	}
+	c.touch(key, time.Now())
+	if fn.Spec.Oneshot {
+		return c.getOneshot(ctx, fn, port, req.GetRouter())
 	}
 	set, claimed, err := c.ensureInstance(ctx, fn, port, req.GetRouter().GetNode(), req.GetUnusablePodUids())
 	if err != nil {
@@ -117,9 +121,101 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	}, result, nil
 }
 
-// ReleaseInstance implements skipper.v1.Controller: oneshot is not in v0.
-func (s *server) ReleaseInstance(context.Context, *skipperv1.ReleaseInstanceRequest) (*skipperv1.ReleaseInstanceResponse, error) {
-	return nil, grpcError(withReason(ErrUnimplementedOnV0, "ReleaseInstance (oneshot functions) is not implemented by this controller version"))
+// getOneshot claims a fresh instance of a oneshot function for this call
+// alone: it is handed back in the response's instance, never put in the
+// shared set, and only the router it was handed to may release it.
+func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port int32, router *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, string, error) {
+	if router.GetPod() == "" {
+		return nil, resultError, withReason(ErrNoRouter, "function %s is oneshot: GetInstance needs router.pod, the only router allowed to release the instance", fn.Key())
+	}
+	c.mu.Lock()
+	f := c.startFlightLocked(fn, port, flightOneshot, router.GetNode(), router.GetPod(), nil)
+	c.mu.Unlock()
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		// Nobody will use or release what the flight claims: delete it.
+		c.wg.Go(func() {
+			<-f.done
+			if f.pod != nil {
+				c.retire(f.pod.UID, time.Now().Add(assumedTTL))
+				c.deletePod(context.WithoutCancel(c.runCtx), f.pod, "oneshot caller gave up")
+			}
+		})
+		return nil, resultError, ctx.Err()
+	}
+	if f.err != nil {
+		if errors.Is(f.err, ErrPoolEmpty) {
+			return nil, resultExhausted, f.err
+		}
+		return nil, resultError, f.err
+	}
+	st, _ := c.observe(fn, nil, time.Now())
+	in := instanceSet(&v1alpha1.Function{ObjectMeta: fn.ObjectMeta}, port, []*corev1.Pod{f.pod}, nil, nil)
+	if len(in) != 1 {
+		return nil, resultError, fmt.Errorf("oneshot instance %s/%s of %s is not ready", f.pod.Namespace, f.pod.Name, fn.Key())
+	}
+	return &skipperv1.GetInstanceResponse{
+		Function:   &skipperv1.FunctionRef{Namespace: fn.Namespace, Name: fn.Name},
+		Generation: st.gen,
+		Instance:   toProtoInstances(in)[0],
+		Config:     st.config.proto(),
+		Owner:      c.cfg.PodName,
+	}, resultClaimed, nil
+}
+
+// ReleaseInstance implements skipper.v1.Controller: the router that was
+// handed a oneshot instance gives it back, and it is deleted.
+func (s *server) ReleaseInstance(ctx context.Context, req *skipperv1.ReleaseInstanceRequest) (*skipperv1.ReleaseInstanceResponse, error) {
+	resp, err := s.releaseInstance(ctx, req)
+	if err != nil {
+		st := grpcStatus(err)
+		s.c.log.Info("ReleaseInstance refused", "function", refKey(req.GetFunction()), "router", req.GetRouter().GetPod(),
+			"pod_uid", req.GetPodUid(), "code", st.Code().String(), "err", st.Message())
+		return nil, st.Err()
+	}
+	return resp, nil
+}
+
+func (s *server) releaseInstance(ctx context.Context, req *skipperv1.ReleaseInstanceRequest) (*skipperv1.ReleaseInstanceResponse, error) {
+	c := s.c
+	ns, name := req.GetFunction().GetNamespace(), req.GetFunction().GetName()
+	if err := validateRef(ns, name); err != nil {
+		return nil, err
+	}
+	if req.GetPodUid() == "" {
+		return nil, withReason(ErrInvalidName, "ReleaseInstance: pod_uid is required")
+	}
+	if req.GetRouter().GetPod() == "" {
+		return nil, withReason(ErrNoRouter, "ReleaseInstance: router.pod is required")
+	}
+	if !c.cache.synced() {
+		return nil, ErrNotSynced
+	}
+	key := ns + "/" + name
+	if owner := c.owner(key); owner != "" && owner != c.self && !req.GetForwarded() {
+		return c.fwd.releaseInstance(ctx, owner, req, c.cfg.ForwardTimeout)
+	}
+	fn, err := c.cache.function(ns, name)
+	if err != nil {
+		return nil, err
+	}
+	if !fn.Spec.Oneshot {
+		return nil, withReason(ErrNotOneshot, "function %s is not oneshot: its instances are shared and scaled by the controller", key)
+	}
+	pods := c.cache.functionPods(ns, name)
+	pods = append(pods, c.assumedPods(key, pods, time.Now())...)
+	i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return string(p.UID) == req.GetPodUid() && ownedBy(p, fn) })
+	if i < 0 {
+		return nil, withReason(ErrInstanceNotFound, "function %s has no instance with pod UID %s", key, req.GetPodUid())
+	}
+	pod := pods[i]
+	if holder := pod.Annotations[annOneshotRouter]; holder != req.GetRouter().GetPod() {
+		return nil, withReason(ErrNotHolder, "instance %s of %s was handed to router %q, not to %q", pod.Name, key, holder, req.GetRouter().GetPod())
+	}
+	c.retire(pod.UID, time.Now().Add(assumedTTL))
+	c.deletePod(ctx, pod, "oneshot released")
+	return &skipperv1.ReleaseInstanceResponse{}, nil
 }
 
 // GetState implements skipper.v1.Controller: this replica's ring, routers
@@ -210,10 +306,12 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 				// A router reports every function it routes to that
 				// function's owner by its own ring view: after an ownership
 				// move the new owner learns its subscribers here.
+				now := time.Now()
 				for _, fr := range m.Report.GetFunctions() {
 					if key := refKey(fr.GetFunction()); !rs.subscribed(key) && c.owns(key) {
 						c.resubscribe(rs, key, fr.GetGeneration())
 					}
+					c.observeReport(hello.GetRouter(), m.Report, fr, now)
 				}
 				c.metrics.heartbeatBatches.WithLabelValues(node).Inc()
 				log.Debug("report", "sequence", m.Report.GetSequence(), "functions", len(m.Report.GetFunctions()))
@@ -309,18 +407,35 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 // getInstance forwards req once to owner: the copy is marked forwarded, so
 // the owner answers it itself whatever its own view of the ring.
 func (f *forwarder) getInstance(ctx context.Context, owner string, req *skipperv1.GetInstanceRequest, timeout time.Duration) (*skipperv1.GetInstanceResponse, error) {
+	fwd := proto.CloneOf(req)
+	fwd.Forwarded = true
+	return forward(ctx, f, owner, timeout, func(ctx context.Context, cl skipperv1.ControllerClient) (*skipperv1.GetInstanceResponse, error) {
+		return cl.GetInstance(ctx, fwd)
+	})
+}
+
+// releaseInstance forwards req once to owner, like getInstance.
+func (f *forwarder) releaseInstance(ctx context.Context, owner string, req *skipperv1.ReleaseInstanceRequest, timeout time.Duration) (*skipperv1.ReleaseInstanceResponse, error) {
+	fwd := proto.CloneOf(req)
+	fwd.Forwarded = true
+	return forward(ctx, f, owner, timeout, func(ctx context.Context, cl skipperv1.ControllerClient) (*skipperv1.ReleaseInstanceResponse, error) {
+		return cl.ReleaseInstance(ctx, fwd)
+	})
+}
+
+// forward calls owner with call, bounded by timeout when ctx sets no deadline.
+func forward[T any](ctx context.Context, f *forwarder, owner string, timeout time.Duration, call func(context.Context, skipperv1.ControllerClient) (T, error)) (T, error) {
 	cc, err := f.conn(owner)
 	if err != nil {
-		return nil, withReason(ErrForward, "forward to owner %s: %v", owner, err)
+		var zero T
+		return zero, withReason(ErrForward, "forward to owner %s: %v", owner, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	fwd := proto.CloneOf(req)
-	fwd.Forwarded = true
-	return skipperv1.NewControllerClient(cc).GetInstance(ctx, fwd)
+	return call(ctx, skipperv1.NewControllerClient(cc))
 }
 
 // retain closes the connections to addresses no longer on the ring.

@@ -558,7 +558,7 @@ func TestGetInstanceErrors(t *testing.T) {
 		{name: "pool missing", ns: "default", fn: "nopool", want: codes.FailedPrecondition, wantMsg: "pool default/missing of function default/nopool not found"},
 		{name: "pool empty", ns: "default", fn: "starved", want: codes.ResourceExhausted, wantMsg: "pool default/empty has no ready pods"},
 		{name: "pool empty, caller deadline first", ns: "default", fn: "starved", want: codes.DeadlineExceeded, deadline: 50 * time.Millisecond},
-		{name: "oneshot not in v0", ns: "default", fn: "once", want: codes.Unimplemented, wantMsg: "oneshot"},
+		{name: "oneshot without a router identity", ns: "default", fn: "once", want: codes.InvalidArgument, wantMsg: "needs router.pod"},
 		{name: "assign refused", ns: "default", fn: "broken", want: codes.Unavailable, wantMsg: "500"},
 	}
 	for _, tt := range tests {
@@ -582,8 +582,8 @@ func TestGetInstanceErrors(t *testing.T) {
 		t.Errorf("pod p1 after a failed assignment: err = %v, want NotFound", err)
 	}
 	_, err := r.client.ReleaseInstance(t.Context(), &skipperv1.ReleaseInstanceRequest{})
-	if status.Code(err) != codes.Unimplemented {
-		t.Errorf("ReleaseInstance = %v, want Unimplemented", err)
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("ReleaseInstance = %v, want InvalidArgument", err)
 	}
 }
 

@@ -1,0 +1,460 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/scaling"
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// supervisor is the goroutine that converges one owned Function: every
+// --scale-interval it checks ownership, merges the routers' reports into a
+// scaling.Window, asks scaling.Decide for the instance count, starts claims
+// (scale-up), withdraws and drains instances (scale-down), retires
+// instances whose container restarted, and writes status.
+//
+// A supervisor runs while this replica owns the function and the function
+// needs one: always when minInstances > 0, otherwise from its first
+// reference (a GetInstance, a report with load, a claimed pod) until it is
+// idle with no instances. It stops itself on its first tick that finds the
+// function gone, owned elsewhere, or idle and empty.
+type supervisor struct {
+	c   *controller
+	key string
+	// done is closed when run returns.
+	done chan struct{}
+
+	mu     sync.Mutex // guards window and exhausted: reports and claims arrive on other goroutines
+	window *scaling.Window
+	// exhausted says why the last claim found no pool pod; "" once a claim
+	// succeeds.
+	exhausted string
+
+	// Owned by the loop.
+	history    scaling.History
+	desired    int32
+	reason     string
+	lastScale  time.Time
+	drains     map[types.UID]*drain
+	instances  []scaling.Instance // reused between ticks
+	candidates []victim           // reused between ticks
+}
+
+// drain is an instance withdrawn from the set, waiting to be deleted.
+type drain struct {
+	pod *corev1.Pod
+	// gen is the first generation without the instance.
+	gen   uint64
+	since time.Time
+	// ackedAt is when every subscribed router was first seen to hold gen;
+	// in-flight counts only from reports a full interval after it.
+	ackedAt time.Time
+}
+
+func newSupervisor(c *controller, key string, fn *v1alpha1.Function, now time.Time) *supervisor {
+	s := &supervisor{
+		c: c, key: key, done: make(chan struct{}),
+		window: scaling.NewWindow(now),
+		drains: map[types.UID]*drain{},
+	}
+	if fn != nil {
+		s.desired, s.reason = fn.Status.Desired, fn.Status.LastScaleReason
+		if fn.Status.LastScaleTime != nil {
+			s.lastScale = fn.Status.LastScaleTime.Time
+		}
+	}
+	return s
+}
+
+// supervisorFor returns key's supervisor, starting one when start is set
+// and none runs. It returns nil when none runs and start is not set, or
+// when the controller is not running.
+func (c *controller) supervisorFor(key string, start bool) *supervisor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s := c.sups[key]; s != nil || !start || c.runCtx == nil || c.runCtx.Err() != nil {
+		return s
+	}
+	ns, name, _ := splitKey(key)
+	fn, err := c.cache.function(ns, name)
+	if err != nil {
+		return nil
+	}
+	now := time.Now()
+	s := newSupervisor(c, key, fn, now)
+	if len(c.cache.functionPods(ns, name)) > 0 || len(c.flights[key]) > 0 {
+		// A supervisor that takes over instances does not know when they
+		// were last used: it counts the takeover as activity, so idle
+		// scale-to-zero waits a full idleTimeout rather than firing at once.
+		s.window.Touch(now)
+	}
+	c.sups[key] = s
+	if fn.Status.Owner != "" && fn.Status.Owner != c.cfg.PodName {
+		c.event(fn, corev1.EventTypeNormal, "OwnershipTaken", "controller %s took over from %s", c.cfg.PodName, fn.Status.Owner)
+	}
+	c.log.Debug("supervisor started", "function", key)
+	c.wg.Go(func() { s.run(c.runCtx) })
+	return s
+}
+
+// touch marks key active now (a GetInstance), starting its supervisor.
+func (c *controller) touch(key string, now time.Time) {
+	if s := c.supervisorFor(key, true); s != nil {
+		s.mu.Lock()
+		s.window.Touch(now)
+		s.mu.Unlock()
+	}
+}
+
+// observeReport feeds one router's report about an owned function into its
+// supervisor's window. A report with no load and no instances does not
+// start a supervisor: an idle function needs none.
+func (c *controller) observeReport(id *skipperv1.RouterIdentity, r *skipperv1.Report, fr *skipperv1.FunctionReport, now time.Time) {
+	key := refKey(fr.GetFunction())
+	if !c.owns(key) {
+		return
+	}
+	s := c.supervisorFor(key, fr.GetInFlight() > 0 || fr.GetQueued() > 0 || len(fr.GetInstances()) > 0)
+	if s == nil {
+		return
+	}
+	rep := scaling.Report{
+		Router:   scaling.RouterID{Pod: id.GetPod(), Incarnation: id.GetIncarnation()},
+		Sequence: r.GetSequence(),
+		Sent:     r.GetTime().AsTime(),
+		InFlight: int64(fr.GetInFlight()),
+		Queued:   int64(fr.GetQueued()),
+		Counters: scaling.Counters{
+			Requests: fr.GetRequestsTotal(), Errors: fr.GetErrorsTotal(), ColdStarts: fr.GetColdStartsTotal(),
+		},
+	}
+	if len(fr.GetInstances()) > 0 {
+		rep.Instances = make([]scaling.InstanceReport, len(fr.GetInstances()))
+		for i, ir := range fr.GetInstances() {
+			rep.Instances[i] = scaling.InstanceReport{
+				PodUID:      ir.GetPodUid(),
+				InFlight:    int64(ir.GetInFlight()),
+				CPUMilli:    int64(ir.GetCpuMillicores()),
+				HasCPU:      ir.CpuMillicores != nil,
+				MemoryBytes: int64(ir.GetMemoryBytes()),
+				HasMemory:   ir.MemoryBytes != nil,
+			}
+		}
+	}
+	s.mu.Lock()
+	s.window.Observe(now, rep)
+	s.mu.Unlock()
+}
+
+// claimDone records a claim's outcome for status and Events.
+func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
+	s := c.supervisorFor(fn.Key(), false)
+	var msg string
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrPoolEmpty):
+		msg = err.Error()
+		c.event(fn, corev1.EventTypeWarning, "PoolExhausted", "%s", msg)
+	case errors.Is(err, context.Canceled):
+		return // shutting down
+	default:
+		c.event(fn, corev1.EventTypeWarning, "ClaimFailed", "%v", err)
+		return
+	}
+	if s != nil {
+		s.mu.Lock()
+		s.exhausted = msg
+		s.mu.Unlock()
+	}
+}
+
+func (s *supervisor) run(ctx context.Context) {
+	defer close(s.done)
+	defer s.c.dropSupervisor(s)
+	t := time.NewTicker(s.c.cfg.ScaleInterval)
+	defer t.Stop()
+	for {
+		if !s.tick(ctx, time.Now()) {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (c *controller) dropSupervisor(s *supervisor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.sups[s.key] == s {
+		delete(c.sups, s.key)
+	}
+	c.log.Debug("supervisor stopped", "function", s.key)
+}
+
+// plan is what one tick decided, before any of it is carried out.
+type plan struct {
+	port     int32
+	portErr  error
+	decision scaling.Decision
+	// current is the expected instance count: observed, assumed and in
+	// flight, less those withdrawn.
+	current     int
+	pending     int
+	ready       int
+	notReady    int
+	terminating int
+	victims     []victim
+	retire      []*corev1.Pod // restarted, or oneshot past its lease
+	inFlight    int64
+	load        scaling.Load
+	keep        bool
+}
+
+// tick runs one pass and reports whether the supervisor goes on.
+func (s *supervisor) tick(ctx context.Context, now time.Time) bool {
+	c := s.c
+	ns, name, _ := splitKey(s.key)
+	fn, err := c.cache.function(ns, name)
+	if err != nil || fn.DeletionTimestamp != nil {
+		return false
+	}
+	if !c.owns(s.key) {
+		c.log.Info("ownership moved, supervisor stops", "function", s.key, "owner", c.owner(s.key))
+		return false
+	}
+	p := s.plan(fn, now)
+	s.apply(ctx, fn, &p, now)
+	return p.keep
+}
+
+// policy maps a Function's spec and the controller's settings to a scaling
+// policy.
+func (c *controller) policy(fn *v1alpha1.Function) scaling.Policy {
+	stab := c.cfg.ScaleDownStabilization
+	if stab == 0 {
+		stab = -1 // zero in the config means none; zero in a Policy means the default
+	}
+	return scaling.Policy{
+		MinInstances:        fn.Spec.MinInstances,
+		MaxInstances:        fn.Spec.MaxInstances,
+		TargetInFlight:      fn.Spec.TargetInFlight(),
+		TargetCPUMilli:      fn.Spec.Scaling.TargetCPUMilli,
+		TargetMemoryMiB:     fn.Spec.Scaling.TargetMemoryMiB,
+		IdleTimeout:         fn.Spec.IdleTimeoutOrDefault(),
+		StabilizationWindow: stab,
+		MetricWindow:        c.cfg.ReportInterval,
+	}
+}
+
+// plan reads the caches, the claims and the window, and decides. It writes
+// nothing but the supervisor's own history.
+func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
+	c := s.c
+	var p plan
+	p.port, p.portErr = c.port(fn)
+	pods := c.cache.functionPods(fn.Namespace, fn.Name)
+	hb := c.cfg.HeartbeatTimeout
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.instances, s.candidates = s.instances[:0], s.candidates[:0]
+	add := func(pod *corev1.Pod) {
+		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && now.Sub(claimedAt(pod)) >= c.cfg.OneshotLease) {
+			if _, draining := s.drains[pod.UID]; !draining {
+				p.retire = append(p.retire, pod)
+			}
+			return
+		}
+		inst := scaling.Instance{Ready: podReady(pod), ReadyChanged: readySince(pod)}
+		if pod.Status.StartTime != nil {
+			inst.Started = pod.Status.StartTime.Time
+		}
+		s.window.Fill(now, hb, string(pod.UID), &inst)
+		if inst.Ready {
+			p.ready++
+		} else {
+			p.notReady++
+		}
+		s.instances = append(s.instances, inst)
+		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: claimedAt(pod)})
+	}
+	c.mu.Lock()
+	for _, pod := range pods {
+		switch {
+		case pod.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(pod, fn):
+		case pod.DeletionTimestamp != nil:
+			p.terminating++
+		case !c.retiredLocked(pod.UID, now):
+			add(pod) // restarted ones too: add sends them to retire
+		}
+	}
+	for _, pod := range c.assumedLocked(fn.Key(), pods, now) {
+		if !c.retiredLocked(pod.UID, now) {
+			add(pod)
+		}
+	}
+	p.pending = len(c.flights[fn.Key()])
+	c.mu.Unlock()
+	for range p.pending {
+		s.instances = append(s.instances, scaling.Instance{}) // expected: not ready, not started
+	}
+	p.current = len(s.instances)
+	p.load = s.window.Load(now, hb)
+	s.window.Prune(now, hb)
+
+	if fn.Spec.Oneshot {
+		// Each instance belongs to one call: nothing to scale.
+		p.decision = scaling.Decision{Instances: int32(p.current), Reason: "oneshot"}
+		p.keep = p.current > 0 || len(s.drains) > 0
+		return p
+	}
+	in := scaling.Input{
+		Now:        now,
+		Instances:  s.instances,
+		InFlight:   p.load.InFlight,
+		Queued:     p.load.Queued,
+		LastActive: s.window.LastActive(),
+		History:    s.history,
+		WarmedUp:   s.window.WarmedUp(now, hb),
+	}
+	p.decision = scaling.Decide(in, c.policy(fn))
+	s.history = p.decision.History
+	if int(p.decision.Instances) < p.current && p.portErr == nil {
+		p.victims = pickVictims(s.candidates, p.current-int(p.decision.Instances))
+	}
+	p.keep = fn.Spec.MinInstances > 0 || p.current > 0 || len(s.drains) > 0 || p.decision.Instances > 0
+	return p
+}
+
+// apply carries out a plan: claims, withdrawals, deletions, metrics and
+// status.
+func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, now time.Time) {
+	c := s.c
+	for _, pod := range p.retire {
+		reason := "its container restarted since it was claimed"
+		if !restartedSinceClaim(pod) {
+			reason = "its oneshot lease expired"
+		}
+		c.withdraw(fn, p.port, []*corev1.Pod{pod}, now, now.Add(assumedTTL))
+		c.deletePod(ctx, pod, reason)
+		c.event(fn, corev1.EventTypeWarning, "InstanceRetired", "instance %s retired: %s", pod.Name, reason)
+	}
+	d := p.decision
+	if p.portErr == nil && int(d.Instances) > p.current && !fn.Spec.Oneshot {
+		c.scaleUp(fn, p.port, int(d.Instances))
+	}
+	if len(p.victims) > 0 {
+		pods := make([]*corev1.Pod, len(p.victims))
+		for i, v := range p.victims {
+			pods[i] = v.Pod
+		}
+		gen := c.withdraw(fn, p.port, pods, now, now.Add(c.cfg.DrainTimeout+assumedTTL))
+		for _, pod := range pods {
+			s.drains[pod.UID] = &drain{pod: pod, gen: gen, since: now}
+			c.log.Info("draining instance", "function", s.key, "pod", pod.Name, "generation", gen)
+		}
+	}
+	s.progressDrains(ctx, now)
+
+	if !fn.Spec.Oneshot && d.Instances != s.desired {
+		dir := directionUp
+		if d.Instances < s.desired {
+			dir = directionDown
+		}
+		c.metrics.scaleDecisions.WithLabelValues(s.key, dir, string(d.Reason)).Inc()
+		reason := "ScaledUp"
+		if dir == directionDown {
+			reason = "ScaledDown"
+		}
+		c.event(fn, corev1.EventTypeNormal, reason, "desired instances %d → %d (%s; in-flight %d, queued %d)",
+			s.desired, d.Instances, d.Reason, p.load.InFlight, p.load.Queued)
+		c.log.Info("scale", "function", s.key, "from", s.desired, "to", d.Instances, "reason", d.Reason,
+			"in_flight", p.load.InFlight, "queued", p.load.Queued, "current", p.current)
+		s.desired, s.reason, s.lastScale = d.Instances, string(d.Reason), now
+	} else if fn.Spec.Oneshot {
+		s.desired, s.reason = d.Instances, string(d.Reason)
+	}
+	c.metrics.setInstances(s.key, map[string]int{
+		stateReady: p.ready, stateNotReady: p.notReady, stateDraining: len(s.drains), stateClaiming: p.pending,
+		stateTerminating: p.terminating,
+	})
+	s.mu.Lock()
+	exhausted := s.exhausted
+	s.mu.Unlock()
+	if err := c.writeStatus(ctx, fn, statusView{
+		desired: s.desired, ready: int32(p.ready), reason: s.reason, lastScale: s.lastScale,
+		exhausted: exhausted, poolErr: p.portErr,
+	}, now); err != nil {
+		c.log.Warn("status write failed", "function", s.key, "err", err)
+	}
+}
+
+// progressDrains deletes each withdrawn instance once every subscribed
+// router acknowledged a generation without it and no router reports
+// requests in flight on it, or once --drain-timeout has passed.
+func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
+	c := s.c
+	for uid, d := range s.drains {
+		timedOut := now.Sub(d.since) >= c.cfg.DrainTimeout
+		if d.ackedAt.IsZero() && c.hub.ackedAll(s.key, d.gen) {
+			d.ackedAt = now
+		}
+		var inst scaling.Instance
+		s.mu.Lock()
+		s.window.Fill(now, c.cfg.HeartbeatTimeout, string(uid), &inst)
+		s.mu.Unlock()
+		// A report sent before the ack may predate requests the router
+		// started on the old set: in-flight counts once a report interval
+		// has passed since the ack.
+		quiet := !d.ackedAt.IsZero() && now.Sub(d.ackedAt) >= c.cfg.ReportInterval && inst.InFlight == 0
+		if !quiet && !timedOut {
+			continue
+		}
+		reason := "drained"
+		if !quiet {
+			reason = "drain timeout"
+		}
+		c.deletePod(ctx, d.pod, reason)
+		c.retire(uid, now.Add(assumedTTL))
+		delete(s.drains, uid)
+	}
+}
+
+// withdraw takes pods out of fn's instance set until until, pushes the new
+// set to subscribed routers and returns its generation.
+func (c *controller) withdraw(fn *v1alpha1.Function, port int32, pods []*corev1.Pod, now, until time.Time) uint64 {
+	for _, p := range pods {
+		c.retire(p.UID, until)
+	}
+	st, changed := c.observe(fn, c.currentSet(fn, port, nil), now)
+	if changed {
+		c.hub.publish(fn.Key(), st.update(fn))
+	}
+	return st.gen
+}
+
+// deletePod deletes an instance this replica withdrew; the UID
+// precondition makes sure a pod of the same name is never hit.
+func (c *controller) deletePod(ctx context.Context, pod *corev1.Pod, reason string) {
+	uid := pod.UID
+	err := c.core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+		Preconditions: &metav1.Preconditions{UID: &uid},
+	})
+	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		c.log.Error("delete instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
+		return
+	}
+	c.log.Info("deleted instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
+}

@@ -1,0 +1,442 @@
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/watch"
+	k8stesting "k8s.io/client-go/testing"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// startController runs a controller without its servers; it stops at the
+// test's end.
+func startController(t *testing.T, e *testEnv, modify func(*Config)) *controller {
+	t.Helper()
+	cfg := validConfig()
+	cfg.PodName, cfg.PodNamespace, cfg.PodIP = "ctl-0", systemNS, "127.0.0.1"
+	cfg.ClaimTimeout, cfg.AssignTimeout = 2*time.Second, 2*time.Second
+	if modify != nil {
+		modify(&cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c, err := newController(cfg, "127.0.0.1:9090", log, e.core, e.dyn, key, newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.start(ctx)
+	t.Cleanup(func() {
+		cancel()
+		c.stop()
+	})
+	if !c.cache.waitSynced(t.Context()) {
+		t.Fatal("caches did not sync")
+	}
+	return c
+}
+
+// staleInformer makes every pod watch silent: the pod informer keeps its
+// initial list forever, the worst lag there is.
+func staleInformer(e *testEnv) {
+	e.core.PrependWatchReactor("pods", func(k8stesting.Action) (bool, watch.Interface, error) {
+		return true, watch.NewFake(), nil
+	})
+}
+
+func (e *testEnv) claimedPods() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.patchedOK)
+}
+
+func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
+	e := newTestEnv(t)
+	staleInformer(e)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.MaxInstances = 20
+	e.add(poolDeploy("echo"), fn)
+	for i := range 12 {
+		e.add(poolPod(fmt.Sprintf("p%02d", i), "echo"))
+	}
+	c := startController(t, e, func(c *Config) { c.MaxParallelClaims = 2 })
+	cached, err := c.cache.function("default", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	most := 0
+	for _, want := range []int{3, 3, 5, 2} { // later rounds find the earlier claims only as expectations
+		most = max(most, want)
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() { c.scaleUp(cached, e.assignPort, want) })
+		}
+		// A cold GetInstance in the middle of it joins a claim in flight or
+		// finds the set non-empty: it never claims on its own.
+		if _, _, err := c.ensureInstance(t.Context(), cached, e.assignPort, "", nil); err != nil {
+			t.Fatalf("ensureInstance: %v", err)
+		}
+		wg.Wait()
+		eventually(t, "claims in flight to end", func() bool {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			return len(c.flights) == 0
+		})
+		if got := e.claimedPods(); len(got) != most {
+			t.Fatalf("after scale-ups to %d: claimed %d pods %v, want %d", want, len(got), got, most)
+		}
+	}
+	got := e.claimedPods()
+	if len(got) != 5 {
+		t.Errorf("claimed %d pods %v, want 5 (the highest want)", len(got), got)
+	}
+	if n := len(e.assignRequests()); n != 5 {
+		t.Errorf("%d assign requests, want 5", n)
+	}
+	// The informer never showed any claim, yet the set holds all of them.
+	if set := c.currentSet(cached, e.assignPort, nil); len(set) != 5 {
+		t.Errorf("instance set holds %d, want 5", len(set))
+	}
+}
+
+// fakeRouter is a router's Connect stream driven by a test.
+type fakeRouter struct {
+	t      *testing.T
+	id     *skipperv1.RouterIdentity
+	stream skipperv1.Controller_ConnectClient
+	seq    uint64
+
+	mu      sync.Mutex
+	updates []*skipperv1.AssignmentUpdate
+}
+
+func connectRouter(t *testing.T, r *replica, pod string) *fakeRouter {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	stream, err := r.client.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fr := &fakeRouter{t: t, stream: stream, id: &skipperv1.RouterIdentity{
+		Node: "node-1", Pod: pod, Incarnation: "i1", ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1,
+	}}
+	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: fr.id}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stream.Recv(); err != nil { // Welcome
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			if u := m.GetUpdate(); u != nil {
+				fr.mu.Lock()
+				fr.updates = append(fr.updates, u)
+				fr.mu.Unlock()
+			}
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	return fr
+}
+
+// latest returns the newest update received, or nil.
+func (fr *fakeRouter) latest() *skipperv1.AssignmentUpdate {
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	var out *skipperv1.AssignmentUpdate
+	for _, u := range fr.updates {
+		if out == nil || u.GetGeneration() > out.GetGeneration() {
+			out = u
+		}
+	}
+	return out
+}
+
+func (fr *fakeRouter) ack(name string, gen uint64) {
+	fr.t.Helper()
+	if err := fr.stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Ack{Ack: &skipperv1.Ack{
+		Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, Generation: gen,
+	}}}); err != nil {
+		fr.t.Fatal(err)
+	}
+}
+
+// report sends one heartbeat: the function's in-flight total, and
+// per-instance in-flight by pod UID.
+func (fr *fakeRouter) report(name string, inFlight uint32, perPod map[string]uint32) {
+	fr.t.Helper()
+	fr.seq++
+	rep := &skipperv1.FunctionReport{Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, InFlight: inFlight}
+	for uid, n := range perPod {
+		rep.Instances = append(rep.Instances, &skipperv1.InstanceReport{PodUid: uid, InFlight: n})
+	}
+	if err := fr.stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: &skipperv1.Report{
+		Sequence: fr.seq, Time: timestamppb.Now(), Functions: []*skipperv1.FunctionReport{rep},
+	}}}); err != nil {
+		fr.t.Fatal(err)
+	}
+}
+
+func (e *testEnv) livePods(fnName string) []*corev1.Pod {
+	e.t.Helper()
+	l, err := e.core.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []*corev1.Pod
+	for i := range l.Items {
+		if l.Items[i].Labels[v1alpha1.LabelFunction] == fnName {
+			out = append(out, &l.Items[i])
+		}
+	}
+	return out
+}
+
+func (e *testEnv) functionStatus(name string) map[string]any {
+	e.t.Helper()
+	u, err := e.dyn.Resource(v1alpha1.Resource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	st, _, _ := unstructured.NestedMap(u.Object, "status")
+	return st
+}
+
+// TestSupervisorScalesUpDrainsAndScalesToZero drives one function through
+// a burst of load and its end: scale-up from reports, scale-down after the
+// stabilization window with a drain that waits for the router's ack and
+// in-flight, then scale to zero after idleTimeout.
+func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.MaxInstances = 3
+	fn.Spec.Scaling.TargetInFlight = 1
+	fn.Spec.IdleTimeout = &metav1.Duration{Duration: 1500 * time.Millisecond}
+	e.add(poolDeploy("echo"), fn)
+	for i := range 5 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) {
+		c.ScaleInterval, c.ReportInterval, c.HeartbeatTimeout = 20*time.Millisecond, 50*time.Millisecond, 400*time.Millisecond
+		c.ScaleDownStabilization, c.DrainTimeout, c.StatusInterval = 300*time.Millisecond, 10*time.Second, 10*time.Millisecond
+	})
+	router := connectRouter(t, r, "skipper-system/router-a")
+
+	resp, err := getInstance(t.Context(), r, "hello", router.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.GetInstances()) != 1 {
+		t.Fatalf("cold GetInstance: %d instances, want 1", len(resp.GetInstances()))
+	}
+	// Load: 3 in flight with a target of 1 → 3 instances.
+	eventuallyFor(t, 5*time.Second, "scale-up to 3 instances pushed to the router", func() bool {
+		router.report("hello", 3, nil)
+		u := router.latest()
+		return u != nil && len(u.GetInstances()) == 3
+	})
+	if n := len(e.claimedPods()); n != 3 {
+		t.Errorf("%d claims, want 3", n)
+	}
+	up := router.latest()
+	router.ack("hello", up.GetGeneration())
+
+	// Load ends, but one instance still has a request in flight: after the
+	// stabilization window the set shrinks to one (the function is still
+	// active), and the drained pods wait for the ack and in-flight.
+	busy := up.GetInstances()[0].GetPodUid()
+	eventuallyFor(t, 5*time.Second, "scale-down withdrawal pushed", func() bool {
+		router.report("hello", 1, map[string]uint32{busy: 1})
+		u := router.latest()
+		return u != nil && len(u.GetInstances()) == 1
+	})
+	down := router.latest()
+	kept := down.GetInstances()[0].GetPodUid()
+	if kept != busy {
+		t.Errorf("kept instance %s, want the busy one %s (the least loaded drain first)", kept, busy)
+	}
+	time.Sleep(200 * time.Millisecond) // several ticks: nothing may be deleted before the ack
+	if n := len(e.livePods("hello")); n != 3 {
+		t.Fatalf("%d instances before the router acked the withdrawal, want 3", n)
+	}
+	router.ack("hello", down.GetGeneration())
+	eventuallyFor(t, 5*time.Second, "drained pods deleted", func() bool {
+		router.report("hello", 1, map[string]uint32{busy: 1})
+		return len(e.livePods("hello")) == 1
+	})
+	if got := e.livePods("hello")[0].UID; string(got) != kept {
+		t.Errorf("the remaining instance is %s, want %s", got, kept)
+	}
+
+	// Idle: no load for idleTimeout → scale to zero, the last pod drained.
+	eventuallyFor(t, 10*time.Second, "scale to zero", func() bool {
+		router.report("hello", 0, nil)
+		if u := router.latest(); u != nil && len(u.GetInstances()) == 0 {
+			router.ack("hello", u.GetGeneration())
+		}
+		return len(e.livePods("hello")) == 0
+	})
+	eventuallyFor(t, 5*time.Second, "status desired 0 reason idle", func() bool {
+		st := e.functionStatus("hello")
+		return fmt.Sprint(st["desired"]) == "0" && st["lastScaleReason"] == "idle" && st["owner"] == "ctl-0"
+	})
+	_, metrics := httpGetBody(t, r.httpAddr, "/metrics")
+	for _, want := range []string{
+		`skipper_controller_scale_decisions_total{direction="up",function="default/hello",reason="inFlight"} 1`,
+		`skipper_controller_scale_decisions_total{direction="down",function="default/hello",reason="idle"} 1`,
+		`skipper_controller_scale_decisions_total{direction="down",function="default/hello",reason="cpu"} 0`,
+		`skipper_controller_ownership_moves_total 0`,
+		`skipper_controller_informer_lag_seconds_count`,
+	} {
+		if !containsLine(metrics, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	evs, err := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons := map[string]bool{}
+	for _, ev := range evs.Items {
+		reasons[ev.Reason] = true
+	}
+	if !reasons["ScaledUp"] || !reasons["ScaledDown"] {
+		t.Errorf("events %v, want ScaledUp and ScaledDown", reasons)
+	}
+}
+
+func containsLine(body, prefix string) bool {
+	for line := range splitLines(body) {
+		if len(line) >= len(prefix) && line[:len(prefix)] == prefix {
+			return true
+		}
+	}
+	return false
+}
+
+func splitLines(s string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for len(s) > 0 {
+			i := 0
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+			if !yield(s[:i]) {
+				return
+			}
+			if i == len(s) {
+				return
+			}
+			s = s[i+1:]
+		}
+	}
+}
+
+func eventuallyFor(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.MinInstances, fn.Spec.MaxInstances = 2, 4
+	e.add(poolDeploy("echo"), fn)
+	for i := range 5 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) {
+		c.ScaleInterval, c.StatusInterval = 20*time.Millisecond, 10*time.Millisecond
+	})
+	// No call, no report: minInstances alone starts the supervisor.
+	eventually(t, "two instances claimed", func() bool { return len(e.livePods("hello")) == 2 })
+	eventually(t, "status desired 2 ready 2, conditions", func() bool {
+		st := e.functionStatus("hello")
+		conds, _ := st["conditions"].([]any)
+		return fmt.Sprint(st["desired"]) == "2" && fmt.Sprint(st["ready"]) == "2" && st["lastScaleReason"] == "minInstances" && len(conds) == 2
+	})
+
+	// A container restart loses the assignment: the pod is deleted and
+	// replaced by a fresh claim.
+	victim := e.livePods("hello")[0]
+	victim.Status.ContainerStatuses[0].RestartCount++
+	if _, err := e.core.CoreV1().Pods("default").UpdateStatus(t.Context(), victim, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "restarted instance deleted and replaced", func() bool {
+		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), victim.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) && len(e.livePods("hello")) == 2
+	})
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range resp.GetInstances() {
+		if in.GetPod() == victim.Name {
+			t.Errorf("restarted pod %s still handed out", victim.Name)
+		}
+	}
+}
+
+func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "empty")
+	fn.Spec.MinInstances = 1
+	e.add(poolDeploy("empty"), fn)
+	startReplica(t, e, "ctl-0", nil, func(c *Config) {
+		c.ScaleInterval, c.StatusInterval, c.ClaimTimeout = 20*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond
+	})
+	eventually(t, "PoolAvailable False with the reason", func() bool {
+		conds, _ := e.functionStatus("hello")["conditions"].([]any)
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == conditionPoolAvailable && m["status"] == "False" && m["reason"] == "PoolExhausted" {
+				return true
+			}
+		}
+		return false
+	})
+	eventually(t, "PoolExhausted event", func() bool {
+		evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+		for _, ev := range evs.Items {
+			if ev.Reason == "PoolExhausted" && ev.Type == corev1.EventTypeWarning {
+				return true
+			}
+		}
+		return false
+	})
+}
