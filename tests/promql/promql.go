@@ -16,6 +16,7 @@ import (
 type Expr struct {
 	Where string // "dashboard: <panel title> [A]", "alert: <name>", "variable: node"
 	Query string // as written, Grafana variables included
+	Kind  string // panel, variable or rule
 }
 
 // grafanaVars maps the Grafana variables the dashboard uses to values the
@@ -26,6 +27,10 @@ var grafanaVars = strings.NewReplacer(
 	"${node}", ".*", "$node", ".*",
 	"${function}", ".*", "$function", ".*",
 )
+
+// Substitute replaces the Grafana variables of q with what Grafana would
+// put there with every option selected and a 1m rate interval.
+func Substitute(q string) string { return grafanaVars.Replace(q) }
 
 // labelValues matches Grafana's label_values(<metric>, <label>) variable
 // query, which is not PromQL.
@@ -61,7 +66,7 @@ func DashboardExprs(dashboard []byte) ([]Expr, error) {
 	walk = func(ps []panel) {
 		for _, p := range ps {
 			for _, t := range p.Targets {
-				out = append(out, Expr{Where: fmt.Sprintf("dashboard: %s [%s]", p.Title, t.RefID), Query: t.Expr})
+				out = append(out, Expr{Where: fmt.Sprintf("dashboard: %s [%s]", p.Title, t.RefID), Query: t.Expr, Kind: "panel"})
 			}
 			walk(p.Panels)
 		}
@@ -80,7 +85,7 @@ func DashboardExprs(dashboard []byte) ([]Expr, error) {
 				return nil, fmt.Errorf("variable %s: query: %w", v.Name, err)
 			}
 		}
-		out = append(out, Expr{Where: "variable: " + v.Name, Query: q.Query})
+		out = append(out, Expr{Where: "variable: " + v.Name, Query: q.Query, Kind: "variable"})
 	}
 	return out, nil
 }
@@ -119,7 +124,7 @@ func RuleExprs(rules []byte) ([]Expr, error) {
 				if name == "" {
 					name = "record " + r.Record
 				}
-				out = append(out, Expr{Where: fmt.Sprintf("rule %s/%s", g.Name, name), Query: r.Expr})
+				out = append(out, Expr{Where: fmt.Sprintf("rule %s/%s", g.Name, name), Query: r.Expr, Kind: "rule"})
 			}
 		}
 	}
