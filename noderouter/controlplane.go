@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -37,6 +38,8 @@ type controlPlane struct {
 	// negative holds functions GetInstance reported NotFound (nil: off).
 	negative *route.Negative
 	id       *pb.RouterIdentity
+	// usage holds the local instances' cgroup figures (nil: not read).
+	usage *usageSampler
 	// dialer, when set before the first dial, dials controllers (the router
 	// marks its sockets so BPF steering skips them); nil: gRPC's default.
 	dialer *net.Dialer
@@ -614,9 +617,18 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) *pb.Repor
 		if a := e.Assignment(); a != nil {
 			fr.Generation = a.Generation
 			for _, in := range a.Instances {
-				fr.Instances = append(fr.Instances, &pb.InstanceReport{
+				ir := &pb.InstanceReport{
 					Pod: in.Pod, PodUid: in.PodUID, InFlight: clampU32(in.InFlight.Load()), RequestsTotal: in.Requests.Load(),
-				})
+				}
+				if u, ok := cp.usage.get(in.PodUID); ok {
+					if u.hasCPU {
+						ir.CpuMillicores = proto.Uint64(u.cpuMillicores)
+					}
+					if u.hasMemory {
+						ir.MemoryBytes = proto.Uint64(u.memoryBytes)
+					}
+				}
+				fr.Instances = append(fr.Instances, ir)
 			}
 		}
 		rep.Functions = append(rep.Functions, fr)

@@ -97,8 +97,16 @@
 // a spare nobody took is released after --cold-start-timeout and on
 // shutdown.
 //
-// Not yet (issue 4): sidecar mode, per-instance cgroup CPU and memory in
-// reports. Not yet (issue
+// Instance resources (usage.go, cgroup/): with --cgroup-root (default "/";
+// empty: off) the router reads, once per --report-interval, the cgroups of
+// the cached instances whose Node is this router's node (hierarchies from
+// /proc/mounts: cgroup2 where it has the controller, else v1 cpuacct /
+// memory; the pod's directory found below --cgroup-root by the kubelet's
+// naming) and reports cpu_millicores (usage delta between samples) and
+// memory_bytes (working set) per instance. Instances on other nodes, or
+// whose cgroup is not found, are reported without them.
+//
+// Not yet (issue 4): sidecar mode. Not yet (issue
 // 6): discovering --bpf-vips from the skipper Service, sk_msg redirection
 // (skipper_noderouter_bpf_redirects_total stays 0), using
 // bpf.OriginalDestination in the proxy.

@@ -1,0 +1,195 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Bounds of the walk that finds pod directories.
+const (
+	MaxDepth  = 6
+	MaxDirs   = 20000
+	MinRescan = time.Second
+)
+
+// ErrNoHierarchy is returned by Open when neither CPU nor memory can be
+// read from any mounted cgroup hierarchy.
+var ErrNoHierarchy = errors.New("no cgroup hierarchy with cpu/cpuacct or memory is mounted")
+
+// ErrPodNotFound is returned by Read for a pod without a cgroup directory
+// below the root (not on this node, gone, or not created yet).
+var ErrPodNotFound = errors.New("no cgroup directory for the pod")
+
+// Usage is one sample of a pod's cgroup. A resource whose hierarchy is
+// missing or unreadable is left unset (Has* false).
+type Usage struct {
+	CPU       time.Duration // cumulative CPU time
+	HasCPU    bool
+	Memory    uint64 // working set, bytes
+	HasMemory bool
+}
+
+// Reader samples pods' cgroups. It is safe for concurrent use.
+type Reader struct {
+	prefix string // prepended to every absolute path: "" on a node
+	root   string // below each hierarchy's mount, e.g. "/" or "/skipper"
+	mounts Mounts
+
+	mu       sync.Mutex
+	dirs     map[Hierarchy]map[string]string // pod uid → directory
+	lastScan time.Time
+}
+
+// Open reads prefix/proc/mounts and returns a Reader of the pods below
+// root in each hierarchy.
+func Open(prefix, root string) (*Reader, error) {
+	f, err := os.Open(filepath.Join(prefix, "/proc/mounts"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
+	defer f.Close()
+	m, err := ParseMounts(f, func(mount string) []string {
+		b, err := os.ReadFile(filepath.Join(prefix, mount, "cgroup.controllers"))
+		if err != nil {
+			return nil
+		}
+		return strings.Fields(string(b))
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: %w", err)
+	}
+	if m.CPU.Mount == "" && m.Memory.Mount == "" {
+		return nil, ErrNoHierarchy
+	}
+	return &Reader{prefix: prefix, root: path.Clean("/" + root), mounts: m, dirs: map[Hierarchy]map[string]string{}}, nil
+}
+
+// Mounts returns the hierarchies r reads.
+func (r *Reader) Mounts() Mounts { return r.mounts }
+
+// Read samples the pod with uid. It fails with ErrPodNotFound when neither
+// hierarchy has a directory for it.
+func (r *Reader) Read(uid string, now time.Time) (Usage, error) {
+	var u Usage
+	var errs []error
+	found := false
+	if h := r.mounts.CPU; h.Mount != "" {
+		if dir, ok := r.dir(h, uid, now); ok {
+			found = true
+			file := "cpuacct.usage"
+			if h.V2 {
+				file = "cpu.stat"
+			}
+			b, err := os.ReadFile(filepath.Join(dir, file))
+			if err == nil {
+				u.CPU, err = CPUUsage(h.V2, b)
+			}
+			if err != nil {
+				r.forget(h, uid, err)
+				errs = append(errs, fmt.Errorf("cpu of pod %s: %w", uid, err))
+			} else {
+				u.HasCPU = true
+			}
+		}
+	}
+	if h := r.mounts.Memory; h.Mount != "" {
+		if dir, ok := r.dir(h, uid, now); ok {
+			found = true
+			usage := "memory.usage_in_bytes"
+			if h.V2 {
+				usage = "memory.current"
+			}
+			b, err := os.ReadFile(filepath.Join(dir, usage))
+			var stat []byte
+			if err == nil {
+				stat, err = os.ReadFile(filepath.Join(dir, "memory.stat"))
+			}
+			if err == nil {
+				u.Memory, err = WorkingSet(h.V2, b, stat)
+			}
+			if err != nil {
+				r.forget(h, uid, err)
+				errs = append(errs, fmt.Errorf("memory of pod %s: %w", uid, err))
+			} else {
+				u.HasMemory = true
+			}
+		}
+	}
+	if !found {
+		return u, fmt.Errorf("pod %s: %w", uid, ErrPodNotFound)
+	}
+	return u, errors.Join(errs...)
+}
+
+// forget drops a cached directory that can no longer be read (the pod's
+// cgroup was removed).
+func (r *Reader) forget(h Hierarchy, uid string, err error) {
+	if !errors.Is(err, fs.ErrNotExist) {
+		return
+	}
+	r.mu.Lock()
+	delete(r.dirs[h], uid)
+	r.mu.Unlock()
+}
+
+// dir returns the pod's directory in h, walking the hierarchies again when
+// it is unknown and the last walk is at least MinRescan old.
+func (r *Reader) dir(h Hierarchy, uid string, now time.Time) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if d, ok := r.dirs[h][uid]; ok {
+		return d, true
+	}
+	if !r.lastScan.IsZero() && now.Sub(r.lastScan) < MinRescan {
+		return "", false
+	}
+	r.lastScan = now
+	for _, hh := range []Hierarchy{r.mounts.CPU, r.mounts.Memory} {
+		if hh.Mount != "" {
+			r.dirs[hh] = scan(filepath.Join(r.prefix, hh.Mount, r.root))
+		}
+	}
+	d, ok := r.dirs[h][uid]
+	return d, ok
+}
+
+// scan walks below top breadth first, at most MaxDepth levels and MaxDirs
+// directories, and returns the pod directories it finds by uid. It does
+// not descend into pod directories (their children are containers).
+func scan(top string) map[string]string {
+	out := map[string]string{}
+	level := []string{top}
+	seen := 0
+	for depth := 0; depth < MaxDepth && len(level) > 0; depth++ {
+		var next []string
+		for _, dir := range level {
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				continue
+			}
+			for _, e := range ents {
+				if !e.IsDir() {
+					continue
+				}
+				if seen++; seen > MaxDirs {
+					return out
+				}
+				p := filepath.Join(dir, e.Name())
+				if uid, ok := PodUID(e.Name()); ok {
+					out[uid] = p
+					continue
+				}
+				next = append(next, p)
+			}
+		}
+		level = next
+	}
+	return out
+}
