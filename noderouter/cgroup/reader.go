@@ -78,54 +78,55 @@ func (r *Reader) Mounts() Mounts { return r.mounts }
 // hierarchy has a directory for it.
 func (r *Reader) Read(uid string, now time.Time) (Usage, error) {
 	var u Usage
-	var errs []error
-	found := false
-	if h := r.mounts.CPU; h.Mount != "" {
-		if dir, ok := r.dir(h, uid, now); ok {
-			found = true
-			file := "cpuacct.usage"
-			if h.V2 {
-				file = "cpu.stat"
-			}
-			b, err := os.ReadFile(filepath.Join(dir, file))
-			if err == nil {
-				u.CPU, err = CPUUsage(h.V2, b)
-			}
-			if err != nil {
-				r.forget(h, uid, err)
-				errs = append(errs, fmt.Errorf("cpu of pod %s: %w", uid, err))
-			} else {
-				u.HasCPU = true
-			}
+	cpuFound, cpuErr := r.readIn(r.mounts.CPU, uid, now, func(dir string, v2 bool) (err error) {
+		file := "cpuacct.usage"
+		if v2 {
+			file = "cpu.stat"
 		}
-	}
-	if h := r.mounts.Memory; h.Mount != "" {
-		if dir, ok := r.dir(h, uid, now); ok {
-			found = true
-			usage := "memory.usage_in_bytes"
-			if h.V2 {
-				usage = "memory.current"
-			}
-			b, err := os.ReadFile(filepath.Join(dir, usage))
-			var stat []byte
-			if err == nil {
-				stat, err = os.ReadFile(filepath.Join(dir, "memory.stat"))
-			}
-			if err == nil {
-				u.Memory, err = WorkingSet(h.V2, b, stat)
-			}
-			if err != nil {
-				r.forget(h, uid, err)
-				errs = append(errs, fmt.Errorf("memory of pod %s: %w", uid, err))
-			} else {
-				u.HasMemory = true
-			}
+		b, err := os.ReadFile(filepath.Join(dir, file))
+		if err == nil {
+			u.CPU, err = CPUUsage(v2, b)
 		}
-	}
-	if !found {
+		u.HasCPU = err == nil
+		return err
+	})
+	memFound, memErr := r.readIn(r.mounts.Memory, uid, now, func(dir string, v2 bool) error {
+		usage := "memory.usage_in_bytes"
+		if v2 {
+			usage = "memory.current"
+		}
+		b, err := os.ReadFile(filepath.Join(dir, usage))
+		var stat []byte
+		if err == nil {
+			stat, err = os.ReadFile(filepath.Join(dir, "memory.stat"))
+		}
+		if err == nil {
+			u.Memory, err = WorkingSet(v2, b, stat)
+		}
+		u.HasMemory = err == nil
+		return err
+	})
+	if !cpuFound && !memFound {
 		return u, fmt.Errorf("pod %s: %w", uid, ErrPodNotFound)
 	}
-	return u, errors.Join(errs...)
+	return u, errors.Join(cpuErr, memErr)
+}
+
+// readIn runs read on the pod's directory in h, if h is mounted and has
+// one. A directory that vanished is forgotten.
+func (r *Reader) readIn(h Hierarchy, uid string, now time.Time, read func(dir string, v2 bool) error) (found bool, err error) {
+	if h.Mount == "" {
+		return false, nil
+	}
+	dir, ok := r.dir(h, uid, now)
+	if !ok {
+		return false, nil
+	}
+	if err := read(dir, h.V2); err != nil {
+		r.forget(h, uid, err)
+		return true, fmt.Errorf("pod %s in %s: %w", uid, h.Mount, err)
+	}
+	return true, nil
 }
 
 // forget drops a cached directory that can no longer be read (the pod's
