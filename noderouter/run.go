@@ -168,8 +168,13 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	}
 
 	errLog := slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)
+	// HTTP/1.1 and HTTP/2 cleartext (h2c, prior knowledge) on the same
+	// listeners; instances are always spoken to in HTTP/1.1.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	dataSrv := &http.Server{Handler: rt.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog}
+		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog, Protocols: &protocols}
 	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	serve := func(srv *http.Server, ln net.Listener, what string) {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
