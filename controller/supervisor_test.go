@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -439,4 +441,77 @@ func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
 		}
 		return false
 	})
+}
+
+func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("once", "echo")
+	fn.Spec.Oneshot = true
+	e.add(poolDeploy("echo"), fn, e.fnFor("shared", "echo"))
+	for i := range 4 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	routerA := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	routerB := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-b", Incarnation: "i1"}
+
+	first, err := getInstance(t.Context(), r, "once", routerA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := getInstance(t.Context(), r, "once", routerA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, resp := range []*skipperv1.GetInstanceResponse{first, second} {
+		if resp.GetInstance().GetPodUid() == "" || len(resp.GetInstances()) != 0 || !resp.GetConfig().GetOneshot() {
+			t.Fatalf("oneshot response = %v, want one instance in .instance, none shared, config.oneshot", resp)
+		}
+	}
+	if first.GetInstance().GetPodUid() == second.GetInstance().GetPodUid() {
+		t.Fatalf("two calls got the same instance %s", first.GetInstance().GetPod())
+	}
+	if p := e.pod(first.GetInstance().GetPod()); p.Annotations[annOneshotRouter] != routerA.GetPod() {
+		t.Errorf("oneshot pod annotations %v, want the router recorded", p.Annotations)
+	}
+
+	release := func(name string, router *skipperv1.RouterIdentity, uid string) error {
+		_, err := r.client.ReleaseInstance(t.Context(), &skipperv1.ReleaseInstanceRequest{
+			Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, Router: router, PodUid: uid,
+		})
+		return err
+	}
+	for _, tt := range []struct {
+		name, fn, uid string
+		router        *skipperv1.RouterIdentity
+		want          codes.Code
+	}{
+		{name: "another router", fn: "once", uid: first.GetInstance().GetPodUid(), router: routerB, want: codes.PermissionDenied},
+		{name: "unknown pod", fn: "once", uid: "nope", router: routerA, want: codes.NotFound},
+		{name: "shared function", fn: "shared", uid: first.GetInstance().GetPodUid(), router: routerA, want: codes.FailedPrecondition},
+		{name: "no router", fn: "once", uid: first.GetInstance().GetPodUid(), want: codes.InvalidArgument},
+	} {
+		if err := release(tt.fn, tt.router, tt.uid); status.Code(err) != tt.want {
+			t.Errorf("%s: ReleaseInstance = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), first.GetInstance().GetPod(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("refused releases deleted the pod: %v", err)
+	}
+	if err := release("once", routerA, first.GetInstance().GetPodUid()); err != nil {
+		t.Fatalf("ReleaseInstance by its router: %v", err)
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), first.GetInstance().GetPod(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("released pod: err = %v, want NotFound", err)
+	}
+	// The shared set of a oneshot function stays empty.
+	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.GetFunctions() {
+		if len(f.GetInstances()) != 0 {
+			t.Errorf("oneshot function's shared set = %v, want empty", f.GetInstances())
+		}
+	}
 }
