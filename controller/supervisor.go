@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,9 @@ type supervisor struct {
 	// succeeds.
 	exhausted string
 
+	// view is what the last tick decided, for GetState.
+	view atomic.Pointer[supervisorView]
+
 	// Owned by the loop.
 	history    scaling.History
 	desired    int32
@@ -48,6 +52,13 @@ type supervisor struct {
 	counts     [5]int             // instance counts last written to metrics, in instanceStates order
 	instances  []scaling.Instance // reused between ticks
 	candidates []victim           // reused between ticks
+}
+
+// supervisorView is a supervisor's last decision as GetState shows it.
+type supervisorView struct {
+	desired          int32
+	reason           string
+	inFlight, queued int64
 }
 
 // drain is an instance withdrawn from the set, waiting to be deleted.
@@ -391,6 +402,7 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 	} else if fn.Spec.Oneshot {
 		s.desired, s.reason = d.Instances, string(d.Reason)
 	}
+	s.view.Store(&supervisorView{desired: s.desired, reason: s.reason, inFlight: p.load.InFlight, queued: p.load.Queued})
 	if counts := [...]int{p.ready, p.notReady, p.terminating, len(s.drains), p.pending}; counts != s.counts {
 		// Written on change only: a labelled series lookup costs more than
 		// the rest of a steady tick.
