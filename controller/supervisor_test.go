@@ -268,9 +268,9 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 		u := router.latest()
 		return u != nil && len(u.GetInstances()) == 3
 	})
-	if n := len(e.claimedPods()); n != 3 {
-		t.Errorf("%d claims, want 3", n)
-	}
+	// The fake API server records a claim just after the informer may show
+	// it: wait for the third, then check no fourth follows.
+	eventually(t, "three claims recorded", func() bool { return len(e.claimedPods()) >= 3 })
 	state, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"}})
 	if err != nil || len(state.GetFunctions()) != 1 {
 		t.Fatalf("GetState = %v, %v", state, err)
@@ -298,6 +298,9 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // several ticks: nothing may be deleted before the ack
 	if n := len(e.livePods("hello")); n != 3 {
 		t.Fatalf("%d instances before the router acked the withdrawal, want 3", n)
+	}
+	if n := len(e.claimedPods()); n != 3 {
+		t.Errorf("%d claims, want 3", n)
 	}
 	router.ack("hello", down.GetGeneration())
 	eventuallyFor(t, 5*time.Second, "drained pods deleted", func() bool {
