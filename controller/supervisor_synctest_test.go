@@ -1,0 +1,145 @@
+package controller
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes/fake"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// roundTripFunc answers HTTP requests in memory: instances' assign
+// endpoints without sockets, so the supervisor loop runs on fake time.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestSupervisorTimingOnFakeTime checks the loop's clocks exactly: a scale-up
+// one tick after the report that asks for it, no scale-down while the
+// owner warms up or within the stabilization window, and scale to zero at
+// idleTimeout after the last activity.
+func TestSupervisorTimingOnFakeTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e := &testEnv{t: t, failFn: map[string]int{}}
+		e.core = fake.NewClientset()
+		e.core.PrependReactor("patch", "pods", e.patchPod)
+		e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+			map[schema.GroupVersionResource]string{v1alpha1.Resource: "FunctionList"})
+		fn := testFunction("hello")
+		fn.Spec.Pool, fn.Spec.Port, fn.Spec.MaxInstances = "echo", 8080, 4
+		fn.Spec.Scaling.TargetInFlight = 1
+		fn.Spec.IdleTimeout = &metav1.Duration{Duration: 30 * time.Second}
+		e.add(poolDeploy("echo"), fn)
+		for i := range 6 {
+			e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+		}
+
+		cfg := validConfig()
+		cfg.PodName, cfg.PodNamespace = "ctl-0", systemNS
+		cfg.ScaleInterval, cfg.HeartbeatTimeout, cfg.ReportInterval = time.Second, 3*time.Second, time.Second
+		cfg.ScaleDownStabilization, cfg.StatusInterval = 10*time.Second, time.Second
+		_, key, _ := ed25519.GenerateKey(rand.Reader)
+		c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), e.core, e.dyn, key, newMetrics())
+		if err != nil {
+			t.Fatal(err)
+		}
+		var assigned atomic.Int32
+		c.http = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.URL.Path != assign.Path {
+				return nil, fmt.Errorf("unexpected request %s", r.URL)
+			}
+			assigned.Add(1)
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}}, nil
+		})}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer func() { cancel(); c.stop() }()
+		c.start(ctx)
+		if !c.cache.waitSynced(ctx) {
+			t.Fatal("caches did not sync")
+		}
+		synctest.Wait()
+
+		router := &skipperv1.RouterIdentity{Pod: "router-a", Incarnation: "i1"}
+		seq := uint64(0)
+		report := func(inFlight uint32) {
+			seq++
+			r := &skipperv1.Report{Sequence: seq}
+			c.observeReport(router, r, &skipperv1.FunctionReport{
+				Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"}, InFlight: inFlight,
+			}, time.Now())
+		}
+		instances := func() int {
+			return len(e.livePods("hello"))
+		}
+		// Reports every second, as a router sends them, for d.
+		reportFor := func(d time.Duration, inFlight uint32) {
+			for end := time.Now().Add(d); time.Now().Before(end); {
+				report(inFlight)
+				time.Sleep(time.Second)
+				synctest.Wait()
+			}
+		}
+
+		start := time.Now()
+		report(3) // load on a function with nothing: the supervisor starts and claims
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		if n := instances(); n != 3 {
+			t.Fatalf("%d instances right after a report of 3 in flight, want 3", n)
+		}
+		reportFor(5*time.Second, 3)
+
+		// The load drops to one: scale-down waits for the 10s stabilization
+		// window since the last recommendation of 3.
+		drop := time.Now()
+		for instances() == 3 {
+			report(1)
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if time.Since(drop) > 30*time.Second {
+				t.Fatal("no scale-down within 30s")
+			}
+		}
+		if took := time.Since(drop); took < 10*time.Second || took > 13*time.Second {
+			t.Errorf("scaled down %s after the load dropped, want the 10s window (+ a tick and a report interval to drain)", took)
+		}
+		if n := instances(); n != 1 {
+			t.Errorf("%d instances after the scale-down, want 1", n)
+		}
+
+		// Idle: nothing in flight from now on → zero at idleTimeout.
+		idle := time.Now()
+		for instances() > 0 {
+			report(0)
+			time.Sleep(time.Second)
+			synctest.Wait()
+			if time.Since(idle) > time.Minute {
+				t.Fatal("no scale to zero within a minute")
+			}
+		}
+		if took := time.Since(idle); took < 30*time.Second || took > 33*time.Second {
+			t.Errorf("scaled to zero %s after the last activity, want idleTimeout 30s (+ a tick and a report interval)", took)
+		}
+		if n := assigned.Load(); n != 3 {
+			t.Errorf("%d assignments, want 3", n)
+		}
+		t.Logf("whole run: %s of fake time", time.Since(start))
+	})
+}
