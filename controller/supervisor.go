@@ -92,6 +92,12 @@ func newSupervisor(c *controller, key string, fn *v1alpha1.Function, now time.Ti
 // and none runs. It returns nil when none runs and start is not set, or
 // when the controller is not running.
 func (c *controller) supervisorFor(key string, start bool) *supervisor {
+	var took *v1alpha1.Function // taken over from another owner: an Event, sent without c.mu
+	defer func() {
+		if took != nil {
+			c.event(took, corev1.EventTypeNormal, "OwnershipTaken", "controller %s took over from %s", c.cfg.PodName, took.Status.Owner)
+		}
+	}()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.sups[key]; s != nil || !start || c.runCtx == nil || c.runCtx.Err() != nil {
@@ -112,7 +118,7 @@ func (c *controller) supervisorFor(key string, start bool) *supervisor {
 	}
 	c.sups[key] = s
 	if fn.Status.Owner != "" && fn.Status.Owner != c.cfg.PodName {
-		c.event(fn, corev1.EventTypeNormal, "OwnershipTaken", "controller %s took over from %s", c.cfg.PodName, fn.Status.Owner)
+		took = fn
 	}
 	c.log.Debug("supervisor started", "function", key)
 	c.wg.Go(func() { s.run(c.runCtx) })
