@@ -1,0 +1,13 @@
+// Package integration wires the real router (noderouter.Run, in process,
+// over real sockets) to the real controllers of the local cluster (the
+// skipper-controller replicas it runs, found through their EndpointSlices
+// as in production) and to the cluster's pool of skipper-echo instances.
+// The tests attach to a running cluster through .skipper/env or start one
+// (tests/attach); they need root and the binaries `make build kube` puts in
+// bin/, and run under the machine's cluster flock:
+//
+//	flock /tmp/skipper-cluster.flock bash -c 'make build kube && timeout 900 go test -p 1 -count=1 ./tests/integration/; make down'
+//
+// Each test creates its own Functions on the example pool default/echo and
+// deletes them afterwards.
+package integration

@@ -1,0 +1,265 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+
+	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/controller/api/v1alpha1"
+)
+
+const namespace = "default" // the example pool echo lives here
+
+// getInstances is the router's GetInstance count, every result.
+const getInstances = "skipper_noderouter_get_instance_total"
+
+// createFunction creates a Function on pool echo with spec merged in,
+// deletes it when the test ends, and waits until its owner has taken it
+// (status.owner), so that the first request finds it.
+func createFunction(t *testing.T, prefix string, spec map[string]any) string {
+	t.Helper()
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	name := prefix + "-" + hex.EncodeToString(b[:])
+	full := map[string]any{"pool": "echo"}
+	for k, v := range spec {
+		full[k] = v
+	}
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(),
+		"kind":       "Function",
+		"metadata":   map[string]any{"name": name, "namespace": namespace},
+		"spec":       full,
+	}}
+	fns := env.dyn.Resource(v1alpha1.Resource).Namespace(namespace)
+	if _, err := fns.Create(t.Context(), obj, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create Function %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := fns.Delete(context.Background(), name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete Function %s: %v", name, err)
+		}
+	})
+	eventually(t, 30*time.Second, "Function "+name+" taken by its owner", func(ctx context.Context) error {
+		fn, err := fns.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if owner, _, _ := unstructured.NestedString(fn.Object, "status", "owner"); owner == "" {
+			return fmt.Errorf("status.owner is empty")
+		}
+		return nil
+	})
+	return name
+}
+
+// call sends one request for fn through the in-process router and returns
+// its status and the pod UID of the instance that answered.
+func call(ctx context.Context, fn, path string) (int, string, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", env.routerURL+path, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("X-Skipper-Function", namespace+"/"+fn)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, "", err
+	}
+	if resp.StatusCode != 200 {
+		return resp.StatusCode, "", fmt.Errorf("status %d: %s", resp.StatusCode, b)
+	}
+	var e echo.Response
+	if err := json.Unmarshal(b, &e); err != nil {
+		return resp.StatusCode, "", fmt.Errorf("decode %q: %w", b, err)
+	}
+	return resp.StatusCode, e.Pod.UID, nil
+}
+
+// eventually polls cond until it returns nil or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), timeout)
+	defer cancel()
+	for {
+		err := cond(ctx)
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up waiting for %s: %v", what, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func TestWarmRequestsMakeNoGetInstance(t *testing.T) {
+	fn := createFunction(t, "warm", map[string]any{"maxInstances": int64(1)})
+	var first string
+	eventually(t, 30*time.Second, "the cold call", func(ctx context.Context) (err error) {
+		_, first, err = call(ctx, fn, "/")
+		return err
+	})
+	before := metric(t, getInstances, nil)
+	for i := range 50 {
+		_, uid, err := call(t.Context(), fn, "/")
+		if err != nil {
+			t.Fatalf("warm call %d: %v", i, err)
+		}
+		if uid != first {
+			t.Errorf("warm call %d answered by %s, the cold one by %s (maxInstances 1)", i, uid, first)
+		}
+	}
+	if after := metric(t, getInstances, nil); after != before {
+		t.Errorf("%s went from %v to %v over 50 warm requests; want no change", getInstances, before, after)
+	}
+}
+
+func TestConcurrentColdMissesMakeOneGetInstance(t *testing.T) {
+	fn := createFunction(t, "cold", map[string]any{"maxInstances": int64(1)})
+	before := metric(t, getInstances, nil)
+	const n = 16
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range n {
+		wg.Go(func() {
+			if _, _, err := call(t.Context(), fn, "/"); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("cold call: %v", err)
+	}
+	if d := metric(t, getInstances, nil) - before; d != 1 {
+		t.Errorf("%d concurrent first requests made %v GetInstance calls; want 1", n, d)
+	}
+}
+
+// TestWithdrawalStopsTraffic scales a function from two instances to one
+// under steady load: the controller withdraws one instance (a pushed
+// update), waits for the router's ack and deletes it. No request may reach
+// the instance once its deletion started, none may fail, and the router
+// must never meet a dead instance (no eviction, no retry).
+func TestWithdrawalStopsTraffic(t *testing.T) {
+	fn := createFunction(t, "withdraw", map[string]any{"minInstances": int64(2), "maxInstances": int64(2)})
+	seen := map[string]bool{}
+	eventually(t, 60*time.Second, "both instances answering", func(ctx context.Context) error {
+		_, uid, err := call(ctx, fn, "/")
+		if err != nil {
+			return err
+		}
+		seen[uid] = true
+		if len(seen) < 2 {
+			return fmt.Errorf("answered by %d instance(s)", len(seen))
+		}
+		return nil
+	})
+	pods, err := env.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := map[string]string{} // uid → pod name
+	for _, p := range pods.Items {
+		names[string(p.UID)] = p.Name
+	}
+	evictions := metric(t, "skipper_noderouter_evictions_total", nil)
+	retries := metric(t, "skipper_noderouter_retries_total", nil)
+
+	type answer struct {
+		start time.Time
+		uid   string
+		err   error
+	}
+	var mu sync.Mutex
+	var answers []answer
+	ctx, stop := context.WithCancel(t.Context())
+	var load sync.WaitGroup
+	load.Go(func() {
+		for ctx.Err() == nil {
+			start := time.Now()
+			_, uid, err := call(ctx, fn, "/")
+			if ctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			answers = append(answers, answer{start, uid, err})
+			mu.Unlock()
+		}
+	})
+	defer func() {
+		stop()
+		load.Wait()
+	}()
+
+	patch := []byte(`{"spec":{"minInstances":1,"maxInstances":1}}`)
+	if _, err := env.dyn.Resource(v1alpha1.Resource).Namespace(namespace).Patch(t.Context(), fn, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatalf("scale down: %v", err)
+	}
+	// The victim is the instance whose pod starts terminating first.
+	var victim string
+	var deleting time.Time
+	eventually(t, 90*time.Second, "one instance deleted", func(ctx context.Context) error {
+		for uid, name := range names {
+			p, err := env.kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) || (err == nil && (p.DeletionTimestamp != nil || string(p.UID) != uid)) {
+				if victim == "" {
+					victim, deleting = uid, time.Now()
+				}
+			}
+			if uid == victim && apierrors.IsNotFound(err) {
+				return nil
+			}
+		}
+		return fmt.Errorf("victim %q not gone yet", victim)
+	})
+	time.Sleep(time.Second) // more load after the deletion (the check is on what it answered)
+	stop()
+	load.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	var late, failed int
+	for _, a := range answers {
+		if a.err != nil {
+			failed++
+			t.Logf("request at %s: %v", a.start.Format(time.StampMicro), a.err)
+		}
+		if a.uid == victim && a.start.After(deleting) {
+			late++
+		}
+	}
+	t.Logf("%d requests during the scale-down; victim %s (%s) deletion seen at %s", len(answers), victim, names[victim], deleting.Format(time.StampMicro))
+	if failed > 0 {
+		t.Errorf("%d of %d requests failed during the scale-down", failed, len(answers))
+	}
+	if late > 0 {
+		t.Errorf("%d requests started after the victim's deletion began were answered by it", late)
+	}
+	if d := metric(t, "skipper_noderouter_evictions_total", nil) - evictions; d != 0 {
+		t.Errorf("evictions_total rose by %v: the router met a dead instance (traffic did not stop before deletion)", d)
+	}
+	if d := metric(t, "skipper_noderouter_retries_total", nil) - retries; d != 0 {
+		t.Errorf("retries_total rose by %v during the scale-down", d)
+	}
+}
