@@ -72,6 +72,8 @@ type controller struct {
 	owned    map[string]bool         // functions this replica owned at the last ring sync
 	// ringSynced is set after the first ring sync.
 	ringSynced bool
+	// lastLag is how long the informer took to show the last claim it showed.
+	lastLag time.Duration
 
 	// runCtx ends when the controller stops; work not tied to one caller
 	// (claims shared by several callers) runs under it.
@@ -207,6 +209,32 @@ func (c *controller) addHandlers() {
 	_, _ = c.cache.endpointSlices.AddEventHandler(eventHandler(func(any) { c.ringQueue.Add("") }))
 }
 
+// measureLag sets skipper_controller_informer_lag_seconds every
+// --scale-interval until ctx ends: the age of the oldest claim the informer
+// does not show yet, or, with none outstanding, how long it took to show
+// the last one. A stalled watch thus shows as a growing lag (up to
+// assumedTTL) rather than as the last good figure.
+func (c *controller) measureLag(ctx context.Context) {
+	t := time.NewTicker(c.cfg.ScaleInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			lag := c.lastLag
+			for _, as := range c.assumed {
+				for _, a := range as {
+					lag = max(lag, now.Sub(a.at))
+				}
+			}
+			c.mu.Unlock()
+			c.metrics.informerLag.Set(lag.Seconds())
+		}
+	}
+}
+
 // poolChanged reacts to a pool Deployment event: its namespace may need the
 // key ConfigMap, claim waiters re-check, and its waiters series exists at
 // zero while the pool does.
@@ -237,6 +265,7 @@ func (c *controller) start(ctx context.Context) {
 	c.runCtx = ctx
 	c.mu.Unlock()
 	c.cache.run(ctx, &c.wg)
+	c.wg.Go(func() { c.measureLag(ctx) })
 	for _, q := range []struct {
 		name string
 		q    workqueue.TypedRateLimitingInterface[string]
@@ -518,7 +547,7 @@ func (c *controller) assumedLocked(key string, cached []*corev1.Pod, now time.Ti
 	var out []*corev1.Pod
 	for _, a := range as {
 		if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == a.pod.UID }) {
-			c.metrics.informerLag.Observe(now.Sub(a.at).Seconds())
+			c.lastLag = now.Sub(a.at)
 			continue
 		}
 		if now.Sub(a.at) > assumedTTL {

@@ -32,7 +32,7 @@ type metrics struct {
 	poolWaiters      *prometheus.GaugeVec
 	routerStreams    prometheus.Gauge
 	scaleDecisions   *prometheus.CounterVec
-	informerLag      prometheus.Histogram
+	informerLag      prometheus.Gauge
 	ownershipMoves   prometheus.Counter
 }
 
@@ -91,10 +91,9 @@ func newMetrics() *metrics {
 			Name: "skipper_controller_scale_decisions_total",
 			Help: "Changes of an owned function's desired instances, by function, direction (up, down) and the reason that set the new count.",
 		}, []string{"function", "direction", "reason"}),
-		informerLag: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "skipper_controller_informer_lag_seconds",
-			Help:    "Time from a claim's patch answer until the pod informer showed the claimed pod (how long expectations carry a claim).",
-			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60},
+		informerLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "skipper_controller_informer_lag_seconds",
+			Help: "How far the pod informer lags behind this replica's own writes: the age of the oldest claim it does not show yet, or, when it shows them all, how long it took to show the last one.",
 		}),
 		ownershipMoves: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "skipper_controller_ownership_moves_total",

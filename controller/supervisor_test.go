@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -124,6 +125,11 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 	if set := c.currentSet(cached, e.assignPort, nil); len(set) != 5 {
 		t.Errorf("instance set holds %d, want 5", len(set))
 	}
+	// A stalled informer shows as a growing lag.
+	eventually(t, "informer lag above zero", func() bool {
+		var m dto.Metric
+		return c.metrics.informerLag.Write(&m) == nil && m.GetGauge().GetValue() > 0
+	})
 }
 
 // fakeRouter is a router's Connect stream driven by a test.
@@ -329,7 +335,7 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 		`skipper_controller_scale_decisions_total{direction="down",function="default/hello",reason="idle"} 1`,
 		`skipper_controller_scale_decisions_total{direction="down",function="default/hello",reason="cpu"} 0`,
 		`skipper_controller_ownership_moves_total 0`,
-		`skipper_controller_informer_lag_seconds_count`,
+		`skipper_controller_informer_lag_seconds `,
 		`skipper_controller_pool_waiters{pool="default/echo"} 0`,
 		`skipper_controller_instances{function="default/hello",state="draining"} 0`,
 	} {
