@@ -177,15 +177,27 @@ func loadEnv(path string) error {
 }
 
 // metricSum scrapes url and sums the samples of metric whose labels include
-// every pair in match.
+// every pair in match; the metric must be exported.
 func metricSum(t *testing.T, url, metric string, match map[string]string) float64 {
 	t.Helper()
-	fams := scrape(t, url)
-	var sum float64
-	fam, ok := fams[metric]
+	fam, ok := scrape(t, url)[metric]
 	if !ok {
 		t.Fatalf("%s does not export %s", url, metric)
 	}
+	return sumFamily(fam, match)
+}
+
+// counterSum is metricSum for a labelled counter whose series appear on
+// first use: a metric not exported yet counts as zero.
+func counterSum(t *testing.T, url, metric string, match map[string]string) float64 {
+	t.Helper()
+	return sumFamily(scrape(t, url)[metric], match)
+}
+
+// sumFamily sums the samples of fam (nil: none) whose labels include every
+// pair in match.
+func sumFamily(fam *dto.MetricFamily, match map[string]string) float64 {
+	var sum float64
 next:
 	for _, m := range fam.GetMetric() {
 		for k, v := range match {
