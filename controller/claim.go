@@ -130,6 +130,9 @@ func (c *controller) startFlightLocked(fn *v1alpha1.Function, port int32, kind f
 			delete(c.flights, key)
 		}
 		if pod != nil {
+			// The reservation ends with the flight: until here the pod,
+			// which the informer may already show, counts as this flight.
+			delete(c.reserved, pod.UID)
 			c.assumed[key] = append(c.assumed[key], assumedPod{pod: pod, at: now})
 		}
 		c.mu.Unlock()
@@ -167,7 +170,8 @@ func (c *controller) scaleUp(fn *v1alpha1.Function, port int32, want int) int {
 func (c *controller) expectedLocked(fn *v1alpha1.Function, pods []*corev1.Pod, now time.Time) int {
 	n := 0
 	for _, p := range pods {
-		if countsAsInstance(p, fn) && !c.retiredLocked(p.UID, now) {
+		// A pod a flight is claiming counts as that flight.
+		if countsAsInstance(p, fn) && !c.retiredLocked(p.UID, now) && !c.reserved[p.UID] {
 			n++
 		}
 	}
@@ -261,12 +265,15 @@ func (c *controller) reserveCandidate(fn *v1alpha1.Function, node string, skip m
 }
 
 // claimReserved claims and assigns the reserved pod p, holding a slot of
-// --max-parallel-claims, and releases the reservation.
-func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alpha1.Function, port int32, router string) (*corev1.Pod, error) {
+// --max-parallel-claims. It releases the reservation when it fails; on
+// success the flight's end releases it, together with assuming the pod.
+func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alpha1.Function, port int32, router string) (_ *corev1.Pod, err error) {
 	defer func() {
-		c.mu.Lock()
-		delete(c.reserved, p.UID)
-		c.mu.Unlock()
+		if err != nil {
+			c.mu.Lock()
+			delete(c.reserved, p.UID)
+			c.mu.Unlock()
+		}
 	}()
 	select {
 	case c.claimSlots <- struct{}{}:

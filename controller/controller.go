@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
@@ -182,12 +183,11 @@ func (c *controller) addHandlers() {
 			c.fnQueue.Add(fn.Key())
 			c.ringQueue.Add("")
 		}))
-		_, _ = s.deployments.AddEventHandler(eventHandler(func(obj any) {
-			if d, ok := obj.(*appsv1.Deployment); ok {
-				c.nsQueue.Add(d.Namespace)
-				c.podsChanged.notify()
-			}
-		}))
+		_, _ = s.deployments.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.poolChanged(obj, false) },
+			UpdateFunc: func(_, obj any) { c.poolChanged(obj, false) },
+			DeleteFunc: func(obj any) { c.poolChanged(tombstone(obj), true) },
+		})
 		_, _ = s.configMaps.AddEventHandler(eventHandler(func(obj any) {
 			if cm, ok := obj.(*corev1.ConfigMap); ok {
 				c.nsQueue.Add(cm.Namespace)
@@ -205,6 +205,25 @@ func (c *controller) addHandlers() {
 		}))
 	}
 	_, _ = c.cache.endpointSlices.AddEventHandler(eventHandler(func(any) { c.ringQueue.Add("") }))
+}
+
+// poolChanged reacts to a pool Deployment event: its namespace may need the
+// key ConfigMap, claim waiters re-check, and its waiters series exists at
+// zero while the pool does.
+func (c *controller) poolChanged(obj any, deleted bool) {
+	d, ok := obj.(*appsv1.Deployment)
+	if !ok {
+		return
+	}
+	c.nsQueue.Add(d.Namespace)
+	c.podsChanged.notify()
+	if pool := d.Labels[v1alpha1.LabelPool]; pool != "" {
+		if deleted {
+			c.metrics.poolWaiters.DeleteLabelValues(d.Namespace + "/" + pool)
+		} else {
+			c.metrics.poolWaiters.WithLabelValues(d.Namespace + "/" + pool)
+		}
+	}
 }
 
 // start runs the informers and work queues on c.wg; they stop when ctx ends.

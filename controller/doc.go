@@ -6,17 +6,38 @@
 // Shape: Run parses a Config and builds Kubernetes clients; serve wires the
 // parts and owns every goroutine. The decisions are pure functions in
 // decide.go (ring members from EndpointSlices, instance sets from pods,
-// claim candidates, the claim patch, generations); controller.go feeds them
-// informer state from work queues; claim.go carries out claims; server.go
-// and hub.go are the gRPC surface and the routers' streams.
+// claim candidates, the claim patch, scale-down victims, generations);
+// controller.go feeds them informer state from work queues; claim.go carries
+// out claims; supervisor.go runs one goroutine per owned Function that feeds
+// the routers' reports into a scaling.Window, calls scaling.Decide every
+// --scale-interval and claims, drains and retires instances; status.go
+// writes Function status; server.go and hub.go are the gRPC surface and the
+// routers' streams.
 //
 // Invariants:
 //   - Every write is a patch or a create; a claim is one JSON patch whose
 //     test ops (labels and resourceVersion as cached) make it apply only to
 //     the pod as this replica saw it, so concurrent claimers never share a pod.
-//   - Claims for one function are serialised on one flight; a claim is
-//     remembered (assumed) until the informer shows it or assumedTTL passes,
-//     so a lagging cache never makes a second claim for the same need.
+//   - Expectations: a function's expected instances are the claimed pods the
+//     cache shows, claims it does not show yet (assumed until the informer
+//     shows them or assumedTTL passes) and claims in flight (a pod being
+//     claimed counts once, as its flight). A scale-up counts them and starts
+//     its flights in one critical section, and a cold GetInstance joins a
+//     flight in progress rather than claiming, so neither concurrent callers
+//     nor a lagging cache ever claim for the same need twice. At most
+//     --max-parallel-claims claims patch and assign at once.
+//   - Drain: a scale-down first withdraws an instance (retired: left out of
+//     every set) and pushes the new generation; the pod is deleted when every
+//     subscribed router acknowledged it and reports no request in flight on
+//     it a report interval after the ack, or at --drain-timeout.
+//   - A supervisor runs only on the owner: it checks ownership every tick and
+//     stops when the function moves, goes, or is idle with no instances; a
+//     new supervisor never scales down before one --heartbeat-timeout window.
+//   - A claimed pod whose container restarted since the claim (restart count
+//     recorded on the pod by the claim patch) is retired and deleted; a
+//     oneshot instance is handed to one router only (recorded on the pod),
+//     never in the shared set, and deleted on ReleaseInstance or at
+//     --oneshot-lease.
 //   - A request for a function owned elsewhere on this replica's ring is
 //     forwarded once; a forwarded request is answered locally. An empty ring
 //     (no ready replica yet) is answered locally.

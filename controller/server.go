@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -240,13 +241,20 @@ func (s *server) GetState(_ context.Context, req *skipperv1.GetStateRequest) (*s
 			continue
 		}
 		ns, name, _ := splitKey(key)
-		resp.Functions = append(resp.Functions, &skipperv1.FunctionState{
+		fs := &skipperv1.FunctionState{
 			Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
 			Owner:      c.owner(key),
 			Generation: st.gen,
 			Desired:    uint32(len(st.set)),
 			Instances:  toProtoInstances(st.set),
-		})
+		}
+		if sup := c.sups[key]; sup != nil {
+			if v := sup.view.Load(); v != nil {
+				fs.Desired, fs.LastScaleReason = uint32(max(v.desired, 0)), v.reason
+				fs.InFlight, fs.Queued = clampUint32(v.inFlight), clampUint32(v.queued)
+			}
+		}
+		resp.Functions = append(resp.Functions, fs)
 	}
 	return resp, nil
 }
@@ -458,5 +466,7 @@ func (f *forwarder) close() {
 		delete(f.conns, addr)
 	}
 }
+
+func clampUint32(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) }
 
 func timestamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,35 +39,45 @@ type statusView struct {
 // while their status holds.
 func statusPatch(fn *v1alpha1.Function, owner string, v statusView, now time.Time) map[string]any {
 	s := fn.Status
-	conds := append([]metav1.Condition(nil), s.Conditions...)
-	changed := false
-	set := func(typ string, ok bool, reason, msg string) {
-		st := metav1.ConditionFalse
-		if ok {
-			st = metav1.ConditionTrue
-		}
-		if meta.SetStatusCondition(&conds, metav1.Condition{
-			Type: typ, Status: st, Reason: reason, Message: msg,
-			ObservedGeneration: fn.Generation, LastTransitionTime: metav1.NewTime(now),
-		}) {
-			changed = true
-		}
+	type cond struct {
+		typ, reason, msg string
+		ok               bool
 	}
+	want := [2]cond{{typ: conditionReady}, {typ: conditionPoolAvailable}}
+	counts := strconv.Itoa(int(v.ready)) + " of " + strconv.Itoa(int(v.desired)) + " desired instances ready"
 	if v.ready >= v.desired {
-		set(conditionReady, true, "InstancesReady", fmt.Sprintf("%d of %d desired instances ready", v.ready, v.desired))
+		want[0] = cond{conditionReady, "InstancesReady", counts, true}
 	} else {
-		set(conditionReady, false, "InstancesNotReady", fmt.Sprintf("%d of %d desired instances ready", v.ready, v.desired))
+		want[0] = cond{conditionReady, "InstancesNotReady", counts, false}
 	}
 	switch {
 	case v.poolErr != nil:
-		set(conditionPoolAvailable, false, "PoolNotFound", v.poolErr.Error())
+		want[1] = cond{conditionPoolAvailable, "PoolNotFound", v.poolErr.Error(), false}
 	case v.exhausted != "":
-		set(conditionPoolAvailable, false, "PoolExhausted", v.exhausted)
+		want[1] = cond{conditionPoolAvailable, "PoolExhausted", v.exhausted, false}
 	default:
-		set(conditionPoolAvailable, true, "PoolAvailable", "the pool has ready pods to claim")
+		want[1] = cond{conditionPoolAvailable, "PoolAvailable", "the pool has ready pods to claim", true}
 	}
 	out := map[string]any{}
-	if changed {
+	var conds []metav1.Condition
+	for _, w := range want {
+		st := metav1.ConditionFalse
+		if w.ok {
+			st = metav1.ConditionTrue
+		}
+		if c := meta.FindStatusCondition(s.Conditions, w.typ); c != nil && c.Status == st && c.Reason == w.reason &&
+			c.Message == w.msg && c.ObservedGeneration == fn.Generation {
+			continue
+		}
+		if conds == nil {
+			conds = append([]metav1.Condition(nil), s.Conditions...)
+		}
+		meta.SetStatusCondition(&conds, metav1.Condition{
+			Type: w.typ, Status: st, Reason: w.reason, Message: w.msg,
+			ObservedGeneration: fn.Generation, LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	if conds != nil {
 		out["conditions"] = conds
 	}
 	if s.Owner != owner {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,14 +40,25 @@ type supervisor struct {
 	// succeeds.
 	exhausted string
 
+	// view is what the last tick decided, for GetState.
+	view atomic.Pointer[supervisorView]
+
 	// Owned by the loop.
 	history    scaling.History
 	desired    int32
 	reason     string
 	lastScale  time.Time
 	drains     map[types.UID]*drain
+	counts     [5]int             // instance counts last written to metrics, in instanceStates order
 	instances  []scaling.Instance // reused between ticks
 	candidates []victim           // reused between ticks
+}
+
+// supervisorView is a supervisor's last decision as GetState shows it.
+type supervisorView struct {
+	desired          int32
+	reason           string
+	inFlight, queued int64
 }
 
 // drain is an instance withdrawn from the set, waiting to be deleted.
@@ -65,6 +77,7 @@ func newSupervisor(c *controller, key string, fn *v1alpha1.Function, now time.Ti
 		c: c, key: key, done: make(chan struct{}),
 		window: scaling.NewWindow(now),
 		drains: map[types.UID]*drain{},
+		counts: [5]int{-1}, // the first tick writes the series
 	}
 	if fn != nil {
 		s.desired, s.reason = fn.Status.Desired, fn.Status.LastScaleReason
@@ -296,6 +309,9 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 		case pod.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(pod, fn):
 		case pod.DeletionTimestamp != nil:
 			p.terminating++
+		case c.reserved[pod.UID]:
+			// A flight is claiming it: counted below as that flight, and
+			// never a scale-down victim.
 		case !c.retiredLocked(pod.UID, now):
 			add(pod) // restarted ones too: add sends them to retire
 		}
@@ -386,10 +402,16 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 	} else if fn.Spec.Oneshot {
 		s.desired, s.reason = d.Instances, string(d.Reason)
 	}
-	c.metrics.setInstances(s.key, map[string]int{
-		stateReady: p.ready, stateNotReady: p.notReady, stateDraining: len(s.drains), stateClaiming: p.pending,
-		stateTerminating: p.terminating,
-	})
+	s.view.Store(&supervisorView{desired: s.desired, reason: s.reason, inFlight: p.load.InFlight, queued: p.load.Queued})
+	if counts := [...]int{p.ready, p.notReady, p.terminating, len(s.drains), p.pending}; counts != s.counts {
+		// Written on change only: a labelled series lookup costs more than
+		// the rest of a steady tick.
+		s.counts = counts
+		c.metrics.setInstances(s.key, map[string]int{
+			stateReady: p.ready, stateNotReady: p.notReady, stateTerminating: p.terminating,
+			stateDraining: len(s.drains), stateClaiming: p.pending,
+		})
+	}
 	s.mu.Lock()
 	exhausted := s.exhausted
 	s.mu.Unlock()

@@ -6,11 +6,15 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/ring"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -263,8 +268,15 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 		u := router.latest()
 		return u != nil && len(u.GetInstances()) == 3
 	})
-	if n := len(e.claimedPods()); n != 3 {
-		t.Errorf("%d claims, want 3", n)
+	// The fake API server records a claim just after the informer may show
+	// it: wait for the third, then check no fourth follows.
+	eventually(t, "three claims recorded", func() bool { return len(e.claimedPods()) >= 3 })
+	state, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"}})
+	if err != nil || len(state.GetFunctions()) != 1 {
+		t.Fatalf("GetState = %v, %v", state, err)
+	}
+	if f := state.GetFunctions()[0]; f.GetDesired() != 3 || f.GetLastScaleReason() != "inFlight" {
+		t.Errorf("GetState function = %v, want desired 3 for inFlight", f)
 	}
 	up := router.latest()
 	router.ack("hello", up.GetGeneration())
@@ -286,6 +298,9 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // several ticks: nothing may be deleted before the ack
 	if n := len(e.livePods("hello")); n != 3 {
 		t.Fatalf("%d instances before the router acked the withdrawal, want 3", n)
+	}
+	if n := len(e.claimedPods()); n != 3 {
+		t.Errorf("%d claims, want 3", n)
 	}
 	router.ack("hello", down.GetGeneration())
 	eventuallyFor(t, 5*time.Second, "drained pods deleted", func() bool {
@@ -315,6 +330,8 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 		`skipper_controller_scale_decisions_total{direction="down",function="default/hello",reason="cpu"} 0`,
 		`skipper_controller_ownership_moves_total 0`,
 		`skipper_controller_informer_lag_seconds_count`,
+		`skipper_controller_pool_waiters{pool="default/echo"} 0`,
+		`skipper_controller_instances{function="default/hello",state="draining"} 0`,
 	} {
 		if !containsLine(metrics, want) {
 			t.Errorf("/metrics lacks %q", want)
@@ -439,4 +456,154 @@ func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
 		}
 		return false
 	})
+}
+
+func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("once", "echo")
+	fn.Spec.Oneshot = true
+	e.add(poolDeploy("echo"), fn, e.fnFor("shared", "echo"))
+	for i := range 4 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	routerA := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	routerB := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-b", Incarnation: "i1"}
+
+	first, err := getInstance(t.Context(), r, "once", routerA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := getInstance(t.Context(), r, "once", routerA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, resp := range []*skipperv1.GetInstanceResponse{first, second} {
+		if resp.GetInstance().GetPodUid() == "" || len(resp.GetInstances()) != 0 || !resp.GetConfig().GetOneshot() {
+			t.Fatalf("oneshot response = %v, want one instance in .instance, none shared, config.oneshot", resp)
+		}
+	}
+	if first.GetInstance().GetPodUid() == second.GetInstance().GetPodUid() {
+		t.Fatalf("two calls got the same instance %s", first.GetInstance().GetPod())
+	}
+	if p := e.pod(first.GetInstance().GetPod()); p.Annotations[annOneshotRouter] != routerA.GetPod() {
+		t.Errorf("oneshot pod annotations %v, want the router recorded", p.Annotations)
+	}
+
+	release := func(name string, router *skipperv1.RouterIdentity, uid string) error {
+		_, err := r.client.ReleaseInstance(t.Context(), &skipperv1.ReleaseInstanceRequest{
+			Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, Router: router, PodUid: uid,
+		})
+		return err
+	}
+	for _, tt := range []struct {
+		name, fn, uid string
+		router        *skipperv1.RouterIdentity
+		want          codes.Code
+	}{
+		{name: "another router", fn: "once", uid: first.GetInstance().GetPodUid(), router: routerB, want: codes.PermissionDenied},
+		{name: "unknown pod", fn: "once", uid: "nope", router: routerA, want: codes.NotFound},
+		{name: "shared function", fn: "shared", uid: first.GetInstance().GetPodUid(), router: routerA, want: codes.FailedPrecondition},
+		{name: "no router", fn: "once", uid: first.GetInstance().GetPodUid(), want: codes.InvalidArgument},
+	} {
+		if err := release(tt.fn, tt.router, tt.uid); status.Code(err) != tt.want {
+			t.Errorf("%s: ReleaseInstance = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), first.GetInstance().GetPod(), metav1.GetOptions{}); err != nil {
+		t.Fatalf("refused releases deleted the pod: %v", err)
+	}
+	if err := release("once", routerA, first.GetInstance().GetPodUid()); err != nil {
+		t.Fatalf("ReleaseInstance by its router: %v", err)
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), first.GetInstance().GetPod(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("released pod: err = %v, want NotFound", err)
+	}
+	// The shared set of a oneshot function stays empty.
+	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.GetFunctions() {
+		if len(f.GetInstances()) != 0 {
+			t.Errorf("oneshot function's shared set = %v, want empty", f.GetInstances())
+		}
+	}
+}
+
+// TestOwnershipMoveHandsSupervisionOver: when a function moves to another
+// replica, the old owner's supervisor stops, the new one takes the
+// instances over (status, Event, metric) and scales down only after one
+// full heartbeat window.
+func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
+	e := newTestEnv(t)
+	la, lb := listen(t), listen(t)
+	hostPort := func(l net.Listener) (string, int32) {
+		h, p, _ := net.SplitHostPort(l.Addr().String())
+		n, _ := strconv.Atoi(p)
+		return h, int32(n)
+	}
+	ha, pa := hostPort(la)
+	hb, pb := hostPort(lb)
+	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ""
+	for i := range 1000 {
+		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == lb.Addr().String() {
+			name = n
+			break
+		}
+	}
+	fn := e.fnFor(name, "echo")
+	fn.Spec.Scaling.TargetInFlight = 1
+	fn.Spec.IdleTimeout = &metav1.Duration{Duration: time.Hour}
+	e.add(ctlSlice("ctl-a", pa, ha), poolDeploy("echo"), fn)
+	for i := range 4 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	const heartbeat = time.Second
+	cfg := func(c *Config) {
+		c.ScaleInterval, c.StatusInterval, c.ReportInterval, c.HeartbeatTimeout = 20*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond, heartbeat
+		c.ScaleDownStabilization = time.Minute // A holds its instances until the move
+	}
+	a := startReplica(t, e, "ctl-a", la, cfg)
+	b := startReplica(t, e, "ctl-b", lb, cfg)
+	router := connectRouter(t, a, "skipper-system/router-m")
+	if _, err := getInstance(t.Context(), a, name, router.id); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "A scales to two instances", func() bool {
+		router.report(name, 2, nil)
+		return len(e.livePods(name)) == 2
+	})
+
+	// B joins and owns the function: A stops, B takes over.
+	e.add(ctlSlice("ctl-b", pb, hb))
+	var takeover time.Time
+	eventually(t, "status.owner ctl-b", func() bool {
+		takeover = time.Now()
+		return e.functionStatus(name)["owner"] == "ctl-b"
+	})
+	for time.Since(takeover) < heartbeat*7/10 {
+		if n := len(e.livePods(name)); n != 2 {
+			t.Fatalf("%d instances %s after the move, want 2 until a heartbeat window passed", n, time.Since(takeover))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	eventuallyFor(t, 5*time.Second, "B scales down the idle function to one", func() bool { return len(e.livePods(name)) == 1 })
+	for _, r := range []*replica{a, b} {
+		_, m := httpGetBody(t, r.httpAddr, "/metrics")
+		if !containsLine(m, "skipper_controller_ownership_moves_total 1") {
+			t.Errorf("%s: skipper_controller_ownership_moves_total is not 1", r.name)
+		}
+	}
+	evs, err := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool { return ev.Reason == "OwnershipTaken" }) {
+		t.Error("no OwnershipTaken event")
+	}
 }

@@ -108,6 +108,12 @@ type Config struct {
 	// limit.
 	MaxBodyBytes int64
 
+	// CgroupRoot is where the pods' cgroups are looked for, relative to the
+	// mount of each cgroup hierarchy found in /proc/mounts; the CPU and
+	// memory of the instances on this node are read there for the reports.
+	// Empty: not read.
+	CgroupRoot string
+
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
 
@@ -180,6 +186,7 @@ func DefaultConfig() Config {
 		MaxHeaderBytes:      64 << 10,
 		MaxBodyBytes:        0,
 		LogLevel:            "info",
+		CgroupRoot:          "/",
 
 		LocalAddress:         "169.254.20.20",
 		LocalPort:            80,
@@ -416,6 +423,7 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted; larger: 413; 0: no limit")
 	envs("max-body-bytes")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
+	str(&c.CgroupRoot, "cgroup-root", "directory below each cgroup hierarchy's mount (from /proc/mounts) where the pods' cgroups are found by the kubelet's naming; the CPU and memory of this node's instances are read there for the reports (a DaemonSet mounts the host's /sys/fs/cgroup); empty: not read")
 	str(&c.LocalAddress, "local-address", "node-local IPv4 address kept on dummy link skipper0 (or as lo:skipper where dummy links are unsupported) and served on at --local-port; BPF steers calls there; needs CAP_NET_ADMIN (and CAP_NET_BIND_SERVICE for a port below 1024); empty: off")
 	fs.IntVar(&c.LocalPort, "local-port", c.LocalPort, "data-plane port on --local-address")
 	envs("local-port")

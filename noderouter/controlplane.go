@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -37,6 +38,8 @@ type controlPlane struct {
 	// negative holds functions GetInstance reported NotFound (nil: off).
 	negative *route.Negative
 	id       *pb.RouterIdentity
+	// usage holds the local instances' cgroup figures (nil: not read).
+	usage *usageSampler
 	// dialer, when set before the first dial, dials controllers (the router
 	// marks its sockets so BPF steering skips them); nil: gRPC's default.
 	dialer *net.Dialer
@@ -79,6 +82,9 @@ type controller struct {
 	// the first GetInstance waits (briefly) for it.
 	welcomed    chan struct{}
 	welcomeOnce sync.Once
+	// final asks the stream loop for one last report; it closes the
+	// channel it is given once the report is sent.
+	final chan chan struct{}
 }
 
 // welcomeWait bounds how long the first GetInstance to a controller waits
@@ -151,7 +157,7 @@ func (cp *controlPlane) controller(addr string) (*controller, error) {
 	}
 	ctx, cancel := context.WithCancel(cp.ctx)
 	c := &controller{addr: addr, cc: cc, client: pb.NewControllerClient(cc), cancel: cancel,
-		done: make(chan struct{}), welcomed: make(chan struct{})}
+		done: make(chan struct{}), welcomed: make(chan struct{}), final: make(chan chan struct{}, 1)}
 	cp.ctrls[addr] = c
 	cp.m.heartbeats.WithLabelValues(addr)
 	cp.wg.Go(func() {
@@ -168,8 +174,13 @@ func (c *controller) stop() {
 	_ = c.cc.Close()
 }
 
-// close releases the oneshot instances no request took, stops every
-// stream and connection and waits for them.
+// finalReportWait bounds how long close waits for the last reports.
+const finalReportWait = 2 * time.Second
+
+// close releases the oneshot instances no request took, sends one last
+// report on every open stream (the router has drained: it carries the
+// final counters and zero in-flight), stops every stream and connection
+// and waits for them.
 func (cp *controlPlane) close() {
 	cp.releaseSpares(time.Time{})
 	cp.mu.Lock()
@@ -177,6 +188,24 @@ func (cp *controlPlane) close() {
 	ctrls := cp.ctrls
 	cp.ctrls = map[string]*controller{}
 	cp.mu.Unlock()
+	var acks []chan struct{}
+	for _, c := range ctrls {
+		ack := make(chan struct{})
+		select {
+		case c.final <- ack:
+			acks = append(acks, ack)
+		default:
+		}
+	}
+	t := time.NewTimer(finalReportWait)
+	for _, ack := range acks {
+		select {
+		case <-ack:
+		case <-t.C:
+			cp.log.Warn("last report not sent in time", "wait", finalReportWait.String())
+		}
+	}
+	t.Stop()
 	cp.cancel()
 	for _, c := range ctrls {
 		c.stop()
@@ -463,6 +492,8 @@ func (cp *controlPlane) streamLoop(ctx context.Context, c *controller) {
 		case <-ctx.Done():
 			t.Stop()
 			return
+		case ack := <-c.final:
+			close(ack) // no stream: no last report to send
 		case <-t.C:
 		}
 	}
@@ -508,16 +539,37 @@ func (cp *controlPlane) stream(ctx context.Context, c *controller) (welcomed boo
 		case now := <-t.C:
 			cp.releaseSpares(now.Add(-cp.cfg.ColdStartTimeout))
 			seq++
-			start := time.Now()
-			rep := cp.report(c.addr, seq, now)
-			if err := st.Send(&pb.RouterMessage{Message: &pb.RouterMessage_Report{Report: rep}}); err != nil {
-				return gotWelcome.Load(), fmt.Errorf("send report: %w", err)
+			if err := cp.sendReport(st, c.addr, seq, now); err != nil {
+				return gotWelcome.Load(), err
 			}
-			cp.m.heartbeats.WithLabelValues(c.addr).Inc()
-			cp.m.heartbeatEntries.Observe(float64(len(rep.Functions)))
-			cp.m.heartbeatSend.Observe(time.Since(start).Seconds())
+		case ack := <-c.final:
+			seq++
+			err := cp.sendReport(st, c.addr, seq, time.Now())
+			if err == nil {
+				err = st.CloseSend()
+			}
+			close(ack)
+			if err != nil {
+				return gotWelcome.Load(), fmt.Errorf("last report: %w", err)
+			}
+			// Nothing more goes up this stream; close cancels it.
+			<-ctx.Done()
+			return gotWelcome.Load(), ctx.Err()
 		}
 	}
+}
+
+// sendReport builds and sends one report and counts it.
+func (cp *controlPlane) sendReport(st grpc.BidiStreamingClient[pb.RouterMessage, pb.ControllerMessage], addr string, seq uint64, now time.Time) error {
+	start := time.Now()
+	rep := cp.report(addr, seq, now)
+	if err := st.Send(&pb.RouterMessage{Message: &pb.RouterMessage_Report{Report: rep}}); err != nil {
+		return fmt.Errorf("send report: %w", err)
+	}
+	cp.m.heartbeats.WithLabelValues(addr).Inc()
+	cp.m.heartbeatEntries.Observe(float64(len(rep.Functions)))
+	cp.m.heartbeatSend.Observe(time.Since(start).Seconds())
+	return nil
 }
 
 // receive applies what the controller pushes until the stream ends.
@@ -614,9 +666,18 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) *pb.Repor
 		if a := e.Assignment(); a != nil {
 			fr.Generation = a.Generation
 			for _, in := range a.Instances {
-				fr.Instances = append(fr.Instances, &pb.InstanceReport{
+				ir := &pb.InstanceReport{
 					Pod: in.Pod, PodUid: in.PodUID, InFlight: clampU32(in.InFlight.Load()), RequestsTotal: in.Requests.Load(),
-				})
+				}
+				if u, ok := cp.usage.get(in.PodUID); ok {
+					if u.hasCPU {
+						ir.CpuMillicores = proto.Uint64(u.cpuMillicores)
+					}
+					if u.hasMemory {
+						ir.MemoryBytes = proto.Uint64(u.memoryBytes)
+					}
+				}
+				fr.Instances = append(fr.Instances, ir)
 			}
 		}
 		rep.Functions = append(rep.Functions, fr)

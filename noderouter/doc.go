@@ -9,8 +9,13 @@
 // route.Cache; a hit picks an instance by the power of two choices over
 // the router's local per-instance in-flight counts (route.Assignment.Acquire)
 // and forwards through one shared http.Transport (keep-alive pools sized by
-// --max-idle-conns-per-host), stripping the function header and setting
-// X-Forwarded-For/Host/Proto. A function's concurrencyLimit caps the
+// --max-idle-conns-per-host), stripping the function header and the
+// hop-by-hop headers, appending this hop to X-Forwarded-For and Forwarded
+// (RFC 7239) and keeping a caller's X-Forwarded-Host/Proto (set from this
+// hop otherwise). The data plane speaks HTTP/1.1 and h2c (HTTP/2 cleartext
+// with prior knowledge); instances are spoken to in HTTP/1.1. Upgrades
+// (WebSocket) pass through and hold their instance's slot while open,
+// bounded by the request timeout. A function's concurrencyLimit caps the
 // requests this router sends to each instance; when every instance is at
 // it the request waits in the function's FIFO queue (route.Entry.Wait: at
 // most --max-queue requests, each at most --cold-start-timeout; a freed
@@ -83,8 +88,9 @@
 // environment fallbacks), serves the data plane on --listen and /metrics,
 // /healthz, /readyz on --admin-listen. On cancellation it fails /readyz
 // and keeps serving for --drain-delay, stops accepting, lets in-flight
-// requests finish within --shutdown-timeout, then stops the streams and the
-// informer. Every goroutine belongs to run, to the control
+// requests finish within --shutdown-timeout, sends one last report on
+// every open stream (final counters, nothing in flight), then closes the
+// streams and stops the informer. Every goroutine belongs to run, to the control
 // plane (stream loops, GetInstance calls) or to the HTTP servers, and ends
 // before Run returns.
 //
@@ -97,8 +103,16 @@
 // a spare nobody took is released after --cold-start-timeout and on
 // shutdown.
 //
-// Not yet (issue 4): sidecar mode, per-instance cgroup CPU and memory in
-// reports. Not yet (issue
+// Instance resources (usage.go, cgroup/): with --cgroup-root (default "/";
+// empty: off) the router reads, once per --report-interval, the cgroups of
+// the cached instances whose Node is this router's node (hierarchies from
+// /proc/mounts: cgroup2 where it has the controller, else v1 cpuacct /
+// memory; the pod's directory found below --cgroup-root by the kubelet's
+// naming) and reports cpu_millicores (usage delta between samples) and
+// memory_bytes (working set) per instance. Instances on other nodes, or
+// whose cgroup is not found, are reported without them.
+//
+// Not yet (issue 4): sidecar mode. Not yet (issue
 // 6): discovering --bpf-vips from the skipper Service, sk_msg redirection
 // (skipper_noderouter_bpf_redirects_total stays 0), using
 // bpf.OriginalDestination in the proxy.

@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -120,12 +122,34 @@ func rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Host = a.instance.Address
 	pr.Out.Host = pr.In.Host // the instance sees the Host the caller used
 	pr.Out.Header.Del(HeaderFunction)
-	// Rewrite strips inbound X-Forwarded-*; keep the chain from callers such
-	// as an ingress, then append this hop.
-	if xff := pr.In.Header["X-Forwarded-For"]; len(xff) > 0 {
+	// Rewrite strips inbound Forwarded and X-Forwarded-*. Keep the chains
+	// from callers such as an ingress and append this hop; keep their
+	// X-Forwarded-Host/Proto, which describe the original request.
+	in := pr.In.Header
+	if xff := in["X-Forwarded-For"]; len(xff) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = xff
 	}
 	pr.SetXForwarded()
+	for _, h := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v := in[h]; len(v) > 0 {
+			pr.Out.Header[h] = v
+		}
+	}
+	pr.Out.Header["Forwarded"] = append(slices.Clip(in["Forwarded"]), forwardedElement(pr.In))
+}
+
+// forwardedElement is this hop's RFC 7239 Forwarded element: the caller's
+// address, the Host it asked for, and the scheme.
+func forwardedElement(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	addr := host
+	if strings.Contains(host, ":") {
+		addr = `"[` + host + `]"` // IPv6 is quoted and bracketed
+	}
+	return "for=" + addr + `;host="` + r.Host + `";proto=http`
 }
 
 // recordError keeps a transport error for ServeHTTP to handle (retry or

@@ -2,6 +2,7 @@ package noderouter
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -115,4 +116,49 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 		t.Errorf("with no queue: %d %s; want 503 queue_full", r.status, r.body)
 	}
 	<-busy
+}
+
+// TestOneReportPerIntervalAtScale: with 1,000 active functions the router
+// still sends one report per interval to their controller, each covering
+// every function.
+func TestOneReportPerIntervalAtScale(t *testing.T) {
+	const functions = 1000
+	fake := startFakeController(t)
+	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	h := startRouter(t, fake, func(c *Config) { c.ReportInterval = 50 * time.Millisecond })
+	for i := range functions {
+		h.rt.cache.Store(route.Ref{Namespace: "load", Name: fmt.Sprintf("fn-%d", i)}, route.Update{Generation: 1,
+			Instances: []route.InstanceInfo{{Pod: "p", PodUID: fmt.Sprintf("u-%d", i), Address: "198.18.0.10:8080"}}})
+	}
+	// The stream opens with the first GetInstance.
+	if r := h.call(t, "default/echo"); r.status != 200 {
+		t.Fatalf("status %d", r.status)
+	}
+	var first int
+	fake.waitFor(t, "a report covering every function", func(f *fakeController) bool {
+		for i, r := range f.reports {
+			if len(r.GetFunctions()) == functions+1 {
+				first = i
+				return true
+			}
+		}
+		return false
+	})
+	start := time.Now()
+	fake.waitFor(t, "ten more reports", func(f *fakeController) bool { return len(f.reports) >= first+11 })
+	elapsed := time.Since(start)
+	fake.mu.Lock()
+	defer fake.mu.Unlock()
+	n := len(fake.reports) - first - 1
+	if max := int(elapsed/(50*time.Millisecond)) + 2; n > max {
+		t.Errorf("%d reports in %s at a 50ms interval: more than one per interval", n, elapsed)
+	}
+	for i, r := range fake.reports[first:] {
+		if len(r.GetFunctions()) != functions+1 {
+			t.Errorf("report %d covers %d functions, want %d", i, len(r.GetFunctions()), functions+1)
+		}
+		if i > 0 && r.GetSequence() != fake.reports[first+i-1].GetSequence()+1 {
+			t.Errorf("report %d: sequence %d after %d", i, r.GetSequence(), fake.reports[first+i-1].GetSequence())
+		}
+	}
 }

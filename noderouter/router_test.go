@@ -42,8 +42,8 @@ type harness struct {
 }
 
 // startRouter runs a router against fake (static members) on loopback until
-// the test ends.
-func startRouter(t *testing.T, fake *fakeController, mutate func(*Config)) *harness {
+// the test ends. prep, if any, adjusts the router before it runs.
+func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep ...func(*router)) *harness {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeName = "node1"
@@ -62,6 +62,9 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config)) *harn
 	data := listen(t)
 	admin := listen(t)
 	rt := newRouter(cfg, slog.New(slog.DiscardHandler))
+	for _, p := range prep {
+		p(rt)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- rt.run(ctx, data, admin, nil) }()

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/noderouter/cgroup"
 	"skipper.dev/skipper/noderouter/localaddr"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
@@ -49,6 +50,16 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	rt := newRouter(cfg, log)
+	if cfg.CgroupRoot != "" {
+		r, err := cgroup.Open("", cfg.CgroupRoot)
+		if err != nil {
+			log.Warn("instance CPU and memory not reported", "err", err)
+		} else {
+			m := r.Mounts()
+			log.Info("instance cgroups", "root", cfg.CgroupRoot, "cpu", m.CPU.Mount, "cpu_v2", m.CPU.V2, "memory", m.Memory.Mount, "memory_v2", m.Memory.V2)
+			rt.cp.usage.reader = r
+		}
+	}
 	var lns []net.Listener
 	closeAll := func() {
 		for _, ln := range lns {
@@ -122,6 +133,7 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 	cache := &route.Cache{}
 	negative := route.NewNegative(cfg.NegativeCacheTTL, cfg.NegativeCacheSize)
 	cp := newControlPlane(cfg, log, m, cache, negative, id)
+	cp.usage = &usageSampler{node: cfg.NodeName, cache: cache, log: log}
 	return &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, negative, cp)}
 }
 
@@ -156,8 +168,13 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	}
 
 	errLog := slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)
+	// HTTP/1.1 and HTTP/2 cleartext (h2c, prior knowledge) on the same
+	// listeners; instances are always spoken to in HTTP/1.1.
+	var protocols http.Protocols
+	protocols.SetHTTP1(true)
+	protocols.SetUnencryptedHTTP2(true)
 	dataSrv := &http.Server{Handler: rt.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog}
+		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog, Protocols: &protocols}
 	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
 	serve := func(srv *http.Server, ln net.Listener, what string) {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -173,6 +190,9 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	wg.Go(func() { serve(adminSrv, admin, "admin") })
 	if rt.localAddr != nil {
 		wg.Go(func() { rt.localAddr.Run(bg, rt.cfg.LocalAddressInterval, rt.log) })
+	}
+	if rt.cp.usage.reader != nil {
+		wg.Go(func() { rt.cp.usage.run(bg, rt.cfg.ReportInterval) })
 	}
 	hbCtx, stopHB := context.WithCancel(bg)
 	defer stopHB()

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,6 +26,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // repoRoot is the repository root, two levels above this package.
@@ -91,6 +94,16 @@ spec:
           emptyDir: {}
 ---
 apiVersion: v1
+kind: Service
+metadata:
+  name: web
+  namespace: default
+spec:
+  selector: {app: web}
+  ports:
+    - {port: 80, targetPort: http}
+---
+apiVersion: v1
 kind: Pod
 metadata:
   name: unmapped
@@ -103,9 +116,11 @@ spec:
 `
 
 // TestClusterUpDown runs a whole local cluster with test manifests: Ready
-// node with a Lease, pods Running and Ready on their own IPs once their
-// ConfigMap appears, in-cluster API access with the projected token, an
-// unmapped image reported, pod deletion, and a clean teardown.
+// node with a Lease, pods Running and Ready on their own IPs in their own
+// network namespaces and cgroups once their ConfigMap appears, in-cluster
+// API access with the projected token, a Service ClusterIP through
+// kube-proxy, an unmapped image reported, pod deletion, and a clean
+// teardown.
 func TestClusterUpDown(t *testing.T) {
 	requireRoot(t)
 	root := repoRoot(t)
@@ -269,6 +284,7 @@ func TestClusterUpDown(t *testing.T) {
 		if cst.State.Running == nil || !strings.HasPrefix(cst.ContainerID, "skipper://") || !cst.Ready {
 			t.Errorf("pod %s container status %+v", p.Name, cst)
 		}
+		checkPodIsolated(t, cfg, n, &p, true)
 		base := "http://" + p.Status.PodIP + ":8080"
 		for path, want := range map[string]string{
 			"/whoami":                              "system:serviceaccount:default:default",
@@ -282,6 +298,25 @@ func TestClusterUpDown(t *testing.T) {
 			}
 		}
 	}
+
+	// kube-proxy: from inside the first pod's namespace the Service's
+	// ClusterIP reaches both pods, the caller itself included.
+	svc, err := cs.CoreV1().Services("default").Get(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	callerNode, _ := strconv.Atoi(strings.TrimPrefix(pods[0].Spec.NodeName, "node"))
+	callerNetns := cfg.Topology.Netns(callerNode) + "-pod-" + string(pods[0].UID)
+	seen := map[string]bool{}
+	waitFor(t, 30*time.Second, "both web pods through ClusterIP "+svc.Spec.ClusterIP+" from pod "+pods[0].Name, func() (bool, string) {
+		out, err := exec.Command("ip", "netns", "exec", callerNetns, "curl", "-sS", "--max-time", "2",
+			"http://"+svc.Spec.ClusterIP+"/env?k=POD_IP").CombinedOutput()
+		if err != nil {
+			return false, fmt.Sprintf("%v: %s", err, out)
+		}
+		seen[strings.TrimSpace(string(out))] = true
+		return seen[pods[0].Status.PodIP] && seen[pods[1].Status.PodIP], fmt.Sprintf("answered by %v", seen)
+	})
 
 	unmapped, err := cs.CoreV1().Pods("default").Get(ctx, "unmapped", metav1.GetOptions{})
 	if err != nil {
@@ -302,6 +337,48 @@ func TestClusterUpDown(t *testing.T) {
 	})
 	if _, err := (&http.Client{Timeout: time.Second}).Get("http://" + victim.Status.PodIP + ":8080/healthz"); err == nil {
 		t.Errorf("deleted pod %s still answers on %s", victim.Name, victim.Status.PodIP)
+	}
+	n, _ := strconv.Atoi(strings.TrimPrefix(victim.Spec.NodeName, "node"))
+	checkPodIsolated(t, cfg, n, &victim, false)
+}
+
+// checkPodIsolated checks that a running pod (want) has its own network
+// namespace, holding its IP on eth0 while the node's links do not, and its
+// cgroups named as the kubelet names them in every hierarchy; or that a
+// deleted pod (!want) left none of them.
+func checkPodIsolated(t *testing.T, cfg *Config, n int, p *corev1.Pod, want bool) {
+	t.Helper()
+	ns := cfg.Topology.Netns(n) + "-pod-" + string(p.UID)
+	hs, err := linuxhost.Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := linuxhost.Dirs(hs, fmt.Sprintf("/%s/node%d/kubepods/besteffort/pod%s/%s", cfg.CgroupName, n, p.UID, p.Spec.Containers[0].Name))
+	if !want {
+		if _, err := os.Stat(linuxhost.NetnsPath(ns)); err == nil {
+			t.Errorf("deleted pod %s: netns %s left", p.Name, ns)
+		}
+		for _, d := range dirs {
+			if _, err := os.Stat(filepath.Dir(d)); err == nil {
+				t.Errorf("deleted pod %s: cgroup %s left", p.Name, filepath.Dir(d))
+			}
+		}
+		return
+	}
+	out, err := exec.Command("ip", "-netns", ns, "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), " "+p.Status.PodIP+"/24 ") {
+		t.Errorf("pod %s: eth0 in netns %s does not hold %s: %v\n%s", p.Name, ns, p.Status.PodIP, err, out)
+	}
+	out, err = exec.Command("ip", "-netns", cfg.Topology.Netns(n), "-4", "-o", "addr", "show").CombinedOutput()
+	if err != nil || strings.Contains(string(out), " "+p.Status.PodIP+"/") {
+		t.Errorf("pod %s: its IP %s is on a link of node %d (%v):\n%s", p.Name, p.Status.PodIP, n, err, out)
+	}
+	pid := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "skipper://")
+	for _, d := range dirs {
+		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil || !slices.Contains(strings.Fields(string(procs)), pid) {
+			t.Errorf("pod %s: container pid %s not in cgroup %s (%v): %q", p.Name, pid, d, err, procs)
+		}
 	}
 }
 
@@ -363,7 +440,7 @@ func checkClean(t *testing.T, cfg *Config) {
 	routes, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
 	for _, r := range routes {
 		if r.Dst != nil {
-			if p, ok := netipPrefix(r.Dst); ok && p.Bits() > 0 && (top.PodSupernet.Overlaps(p) || top.ServiceCIDR.Overlaps(p) || top.Gateway.Masked().Overlaps(p)) {
+			if p, ok := linuxhost.NetipPrefix(r.Dst); ok && p.Bits() > 0 && (top.PodSupernet.Overlaps(p) || top.ServiceCIDR.Overlaps(p) || top.Gateway.Masked().Overlaps(p)) {
 				t.Errorf("route left: %s", r.Dst)
 			}
 		}
@@ -372,9 +449,11 @@ func checkClean(t *testing.T, cfg *Config) {
 	if strings.Contains(string(mounts), "skipper") {
 		t.Errorf("mounts left:\n%s", mounts)
 	}
-	if mnt, err := Cgroup2Mount(); err == nil {
-		if _, err := os.Stat(filepath.Join(mnt, cfg.CgroupName)); err == nil {
-			t.Errorf("cgroup %s left", filepath.Join(mnt, cfg.CgroupName))
+	if hs, err := linuxhost.Hierarchies(); err == nil {
+		for _, dir := range linuxhost.Dirs(hs, cfg.CgroupName) {
+			if _, err := os.Stat(dir); err == nil {
+				t.Errorf("cgroup %s left", dir)
+			}
 		}
 	}
 	if names, _ := cfg.State.pidFiles(); len(names) > 0 {

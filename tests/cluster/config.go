@@ -45,11 +45,26 @@ type Config struct {
 	LockWait time.Duration
 	// Topology is the network; DefaultTopology unless a test sets another.
 	Topology Topology
-	// CgroupName is the cluster's cgroup under the cgroup2 mount. Default "skipper".
+	// CgroupName is the cluster's cgroup under the root of every cgroup
+	// hierarchy. Default "skipper".
 	CgroupName string
+	// ProxyMode is kube-proxy's mode on every node: iptables, nftables, or
+	// none (no kube-proxy: Service ClusterIPs do not work). Default iptables.
+	ProxyMode string
 	// Stdout receives the one `skipper: ready` line. Default os.Stdout.
 	Stdout io.Writer
 }
+
+// DefaultCgroupName is the cluster's cgroup, /skipper under the root of
+// every hierarchy; node N's is /skipper/node<N>.
+const DefaultCgroupName = "skipper"
+
+// kube-proxy modes (Config.ProxyMode).
+const (
+	ProxyIPTables = "iptables"
+	ProxyNFTables = "nftables"
+	ProxyNone     = "none"
+)
 
 // defaults fills unset fields.
 func (c *Config) defaults() error {
@@ -100,7 +115,10 @@ func (c *Config) defaults() error {
 		c.Topology = DefaultTopology()
 	}
 	if c.CgroupName == "" {
-		c.CgroupName = "skipper"
+		c.CgroupName = DefaultCgroupName
+	}
+	if c.ProxyMode == "" {
+		c.ProxyMode = ProxyIPTables
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -116,6 +134,11 @@ func (c *Config) Validate() error {
 	}
 	if c.StartTimeout <= 0 || c.ReadyTimeout <= 0 || c.StopTimeout <= 0 || c.LockWait < 0 {
 		errs = append(errs, errors.New("timeouts must be positive"))
+	}
+	switch c.ProxyMode {
+	case ProxyIPTables, ProxyNFTables, ProxyNone:
+	default:
+		errs = append(errs, fmt.Errorf("--proxy-mode %q: want %s, %s or %s", c.ProxyMode, ProxyIPTables, ProxyNFTables, ProxyNone))
 	}
 	if c.Function != "" && !strings.Contains(c.Function, "/") {
 		errs = append(errs, fmt.Errorf("--function %q: want <namespace>/<name>", c.Function))
@@ -187,9 +210,10 @@ Usage:
 
 'up' generates a CA, certificates and kubeconfigs under .skipper/pki, builds the
 network (bridge skipper-br0 198.51.100.1/24, node N in netns skipper-node<N> at
-198.51.100.<10+N> with pods in 198.18.<N>.0/24), starts etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler (from bin/kube) and one
-bin/skipper-nodeagent per node, applies each --apply directory with
+198.51.100.<10+N> with pods in 198.18.<N>.0/24, each pod in its own netns on
+the node's bridge cbr0), starts etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler (from bin/kube), and per node one bin/skipper-nodeagent and one
+kube-proxy, applies each --apply directory with
 'kubectl apply --server-side -k', waits for --function to answer through node 1's
 router, writes .skipper/env and prints one line 'skipper: ready ...'.
 `
@@ -208,6 +232,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
 	c.ImageDirs = nil
 	fs.Var(&listFlag{vals: &c.ImageDirs}, "image-dir", "image=dir mapping handed to every node agent; repeatable (default: ghcr.io/skipper-dev/skipper=<bin-dir>)")
 	fs.StringVar(&c.Function, "function", envOr("SKIPPER_READY_FUNCTION", "default/echo"), "function that must answer through node 1's router before 'ready'; empty: do not wait [SKIPPER_READY_FUNCTION]")
+	fs.StringVar(&c.ProxyMode, "proxy-mode", envOr("SKIPPER_PROXY_MODE", ProxyIPTables), "kube-proxy mode on every node: iptables, nftables, or none (no kube-proxy; Service ClusterIPs do not work) [SKIPPER_PROXY_MODE]")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", envDuration("SKIPPER_START_TIMEOUT", 90*time.Second), "bound on each control-plane component's start [SKIPPER_START_TIMEOUT]")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", envDuration("SKIPPER_READY_TIMEOUT", 120*time.Second), "bound on the wait for a Ready node, the manifests and the function's answer [SKIPPER_READY_TIMEOUT]")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", envDuration("SKIPPER_STOP_TIMEOUT", 10*time.Second), "grace between SIGTERM and SIGKILL for each process [SKIPPER_STOP_TIMEOUT]")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -19,6 +20,9 @@ const (
 	apiserverPort = 6443
 	kcmPort       = 10257
 	schedulerPort = 10259
+	// kube-proxy's ports on each node's IP.
+	kubeProxyMetricsPort = 10249
+	kubeProxyHealthzPort = 10256
 	// saIssuer is both the service-account issuer and the API audience.
 	saIssuer = "https://kubernetes.default.svc.cluster.local"
 )
@@ -108,7 +112,7 @@ func (c *Config) schedulerSpec() ProcSpec {
 	}}
 }
 
-func (c *Config) nodeAgentSpec(n int, cg CgroupRoot) ProcSpec {
+func (c *Config) nodeAgentSpec(n int, cg Cgroups) ProcSpec {
 	p := PKI{Dir: c.State.PKI()}
 	node := NodeName(n)
 	args := []string{
@@ -120,15 +124,55 @@ func (c *Config) nodeAgentSpec(n int, cg CgroupRoot) ProcSpec {
 		"--apiserver-port=" + strconv.Itoa(apiserverPort),
 		"--pod-log-dir=" + c.State.PodLogDir(),
 		"--max-pods=250",
+		// Named after the node so Down's sweep of the node namespaces
+		// (Topology.NetnsPrefix) catches the pods' too.
+		"--pod-netns-prefix=" + c.Topology.Netns(n) + "-pod-",
 	}
 	for _, m := range c.ImageDirs {
 		args = append(args, "--image-dir="+m)
 	}
 	spec := ProcSpec{Name: "skipper-nodeagent-" + node, Path: filepath.Join(c.BinDir, "skipper-nodeagent"),
 		Args: args, Netns: c.Topology.Netns(n)}
-	if cg != "" {
+	if len(cg.Hier) > 0 {
 		spec.Cgroup = cg.Node(n)
 		spec.Args = append(spec.Args, "--cgroup="+cg.Node(n))
+	}
+	return spec
+}
+
+// kubeProxySpec runs node n's kube-proxy in the node's namespace, so its
+// rules serve the node's pods and host-network processes and go with the
+// namespace. Nothing it sets reaches the root namespace: conntrack limits
+// and timeouts are left alone and localhost NodePorts (route_localnet) are
+// off.
+func (c *Config) kubeProxySpec(n int, cg Cgroups) ProcSpec {
+	ip := c.Topology.NodeIP(n).String()
+	spec := ProcSpec{Name: "kube-proxy-" + NodeName(n), Path: c.kube("kube-proxy"), Netns: c.Topology.Netns(n), Args: []string{
+		"--kubeconfig=" + PKI{Dir: c.State.PKI()}.Kubeconfig("kube-proxy"),
+		"--hostname-override=" + NodeName(n),
+		"--bind-address=" + ip,
+		"--proxy-mode=" + c.ProxyMode,
+		"--cluster-cidr=" + c.Topology.PodSupernet.String(),
+		"--metrics-bind-address=" + ip + ":" + strconv.Itoa(kubeProxyMetricsPort),
+		"--healthz-bind-address=" + ip + ":" + strconv.Itoa(kubeProxyHealthzPort),
+		"--conntrack-max-per-core=0",
+		"--conntrack-tcp-timeout-established=0s",
+		"--conntrack-tcp-timeout-close-wait=0s",
+		"--conntrack-udp-timeout=0s",
+		"--conntrack-udp-timeout-stream=0s",
+		"--iptables-localhost-nodeports=false",
+		"--oom-score-adj=0",
+		"--profiling=false",
+	}}
+	// iptables, iptables-restore and nft live in the sbin directories.
+	for _, kv := range childEnv() {
+		if p, ok := strings.CutPrefix(kv, "PATH="); ok {
+			kv = "PATH=" + p + ":/usr/sbin:/sbin"
+		}
+		spec.Env = append(spec.Env, kv)
+	}
+	if len(cg.Hier) > 0 {
+		spec.Cgroup = cg.Node(n)
 	}
 	return spec
 }

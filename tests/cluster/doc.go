@@ -1,8 +1,8 @@
 // Package cluster runs Skipper's local Kubernetes cluster: a real etcd,
 // kube-apiserver, kube-controller-manager and kube-scheduler (the multi-call
 // bin/kube built from the nested module tests/kube) plus one node agent
-// (tests/nodeagent) per node, each node living in its own network namespace
-// on a bridge in the root namespace.
+// (tests/nodeagent) and one kube-proxy per node, each node living in its own
+// network namespace on a bridge in the root namespace.
 //
 // # Layout
 //
@@ -10,9 +10,13 @@
 // skipper-br0 holds 198.51.100.1/24 (the API server binds and advertises it on
 // :6443); node N is the network namespace skipper-node<N> with eth0 =
 // 198.51.100.<10+N>/24, pod CIDR 198.18.<N>.0/24 routed from the root namespace
-// via the node IP; the service range 198.19.0.0/16 is blackholed in the root
-// namespace (there is no kube-proxy yet). Node namespaces have no default
-// route: nothing a pod sends can leave the machine.
+// via the node IP; each pod has its own namespace on the node's bridge cbr0
+// (see tests/nodeagent); kube-proxy runs in every node namespace, and the
+// service range 198.19.0.0/16 is blackholed in the root namespace. Node
+// namespaces have no default route: nothing a pod sends can leave the
+// machine. Node N's cgroup is /skipper/node<N> in the cgroup2 hierarchy and
+// in the v1 hierarchies of cpu, cpuacct, memory and pids (Cgroups); its
+// agent nests the pods' cgroups under it.
 //
 // Everything a run makes on disk lives under the state directory (.skipper/
 // in the repository): the PKI and kubeconfigs (.skipper/pki, .skipper/kubeconfig

@@ -5,11 +5,12 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // Down stops a running cluster from any shell and removes everything it
@@ -65,7 +66,7 @@ func (c *Config) sweep(log *slog.Logger) error {
 		errs = append(errs, err)
 	}
 	for _, name := range nsNames {
-		pids, err := NetnsPids(filepath.Join(netnsDir, name))
+		pids, err := linuxhost.NetnsPids(linuxhost.NetnsPath(name))
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -79,11 +80,11 @@ func (c *Config) sweep(log *slog.Logger) error {
 		}
 	}
 
-	if mnt, err := Cgroup2Mount(); err == nil {
-		if err := CgroupRoot(filepath.Join(mnt, c.CgroupName)).Remove(c.StopTimeout); err != nil {
+	if cg, err := FindCgroups(c.CgroupName); err == nil {
+		if err := cg.Remove(c.StopTimeout); err != nil {
 			errs = append(errs, err)
 		}
-	} else if !errors.Is(err, ErrNoCgroup2) {
+	} else if !errors.Is(err, linuxhost.ErrNoCgroup2) {
 		errs = append(errs, err)
 	}
 	if err := c.Topology.TeardownNetwork(); err != nil {
@@ -97,7 +98,7 @@ func (c *Config) sweep(log *slog.Logger) error {
 
 func stopRank(name string) int {
 	switch {
-	case strings.HasPrefix(name, "skipper-nodeagent"):
+	case strings.HasPrefix(name, "skipper-nodeagent"), strings.HasPrefix(name, "kube-proxy"):
 		return 0
 	case name == "kube-scheduler", name == "kube-controller-manager":
 		return 1

@@ -45,26 +45,3 @@ func TestEnvFormat(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
-
-func TestParseCgroup2Mount(t *testing.T) {
-	tests := []struct {
-		name, mounts, want string
-		wantErr            bool
-	}{
-		{"hybrid", "tmpfs /sys/fs/cgroup tmpfs rw 0 0\ncgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n", "/sys/fs/cgroup/unified", false},
-		{"unified", "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n", "/sys/fs/cgroup", false},
-		{"escaped", "cgroup2 /mnt/my\\040cg cgroup2 rw 0 0\n", "/mnt/my cg", false},
-		{"none", "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", "", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseCgroup2Mount(bytes.NewBufferString(tt.mounts))
-			if (err != nil) != tt.wantErr {
-				t.Fatalf("err = %v", err)
-			}
-			if got != tt.want {
-				t.Errorf("got %q, want %q", got, tt.want)
-			}
-		})
-	}
-}

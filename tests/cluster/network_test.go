@@ -4,7 +4,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -13,6 +12,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // testTopology never collides with a running cluster's names or routes.
@@ -76,7 +77,7 @@ func TestNetworkSetupTeardown(t *testing.T) {
 			c.Close()
 		}
 	}()
-	err = InNetns(top.Netns(1), func() error {
+	err = linuxhost.InNetns(top.Netns(1), func() error {
 		c, err := net.DialTimeout("tcp4", ln.Addr().String(), 2*time.Second)
 		if err != nil {
 			return err
@@ -145,7 +146,7 @@ func checkNode(t *testing.T, top Topology, n int) {
 			t.Errorf("node %d has a default route via %s: nothing may leave the machine", n, r.Gw)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(netnsDir, top.Netns(n))); err != nil {
+	if _, err := os.Stat(linuxhost.NetnsPath(top.Netns(n))); err != nil {
 		t.Errorf("netns file: %v", err)
 	}
 	rs, err := netlink.RouteGet(net.IP(top.PodCIDR(n).Addr().Next().AsSlice()))

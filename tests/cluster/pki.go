@@ -126,6 +126,8 @@ func ClientSpecs(nodes int) []CertSpec {
 		{Name: "admin", CN: "skipper-admin", Org: []string{"system:masters"}},
 		{Name: "kube-controller-manager", CN: "system:kube-controller-manager"},
 		{Name: "kube-scheduler", CN: "system:kube-scheduler"},
+		// Every node's kube-proxy; the default RBAC binds it to system:node-proxier.
+		{Name: "kube-proxy", CN: "system:kube-proxy"},
 		// The API server's identity towards kubelets (logs, exec); unused by
 		// the node agent today but kept so the flag set is complete.
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Org: []string{"system:masters"}},

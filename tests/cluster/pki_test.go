@@ -47,6 +47,7 @@ func TestPKIGenerate(t *testing.T) {
 		{"admin", "admin", "skipper-admin", []string{"system:masters"}},
 		{"controller manager", "kube-controller-manager", "system:kube-controller-manager", nil},
 		{"scheduler", "kube-scheduler", "system:kube-scheduler", nil},
+		{"kube-proxy", "kube-proxy", "system:kube-proxy", nil},
 		{"node 1", "node1", "system:node:node1", []string{"system:nodes"}},
 		{"node 2", "node2", "system:node:node2", []string{"system:nodes"}},
 	}

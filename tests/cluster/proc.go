@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // ProcSpec describes one child process of the cluster.
@@ -74,7 +73,7 @@ func (s State) startProc(spec ProcSpec) (*Proc, error) {
 	}
 	start := cmd.Start
 	if spec.Netns != "" {
-		start = func() error { return InNetns(spec.Netns, cmd.Start) }
+		start = func() error { return linuxhost.InNetns(spec.Netns, cmd.Start) }
 	}
 	if err := start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
@@ -209,37 +208,6 @@ func pidAlive(pid int) bool {
 		return false
 	}
 	return !isZombie(pid)
-}
-
-// NetnsPids lists the processes whose network namespace is the one
-// bind-mounted at path.
-func NetnsPids(path string) ([]int, error) {
-	var want unix.Stat_t
-	if err := unix.Stat(path, &want); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil, nil
-		}
-		return nil, fmt.Errorf("stat %s: %w", path, err)
-	}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil, fmt.Errorf("list /proc: %w", err)
-	}
-	var pids []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		var st unix.Stat_t
-		if unix.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil {
-			continue
-		}
-		if st.Ino == want.Ino && st.Dev == want.Dev {
-			pids = append(pids, pid)
-		}
-	}
-	return pids, nil
 }
 
 // tailFile returns the last n lines of path, for error messages.

@@ -25,14 +25,15 @@ import (
 var ErrRunning = errors.New("a local cluster already runs")
 
 // kubeComponents are the bin/kube symlinks the cluster needs.
-var kubeComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl"}
+var kubeComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"}
 
 // cluster is one run of Up.
 type cluster struct {
-	cfg   *Config
-	log   *slog.Logger
-	procs []*Proc // in start order
-	cg    CgroupRoot
+	cfg     *Config
+	log     *slog.Logger
+	procs   []*Proc // in start order
+	proxies []*Proc // kube-proxy of node 1, 2, ...
+	cg      Cgroups
 }
 
 // Up starts the cluster and blocks until ctx ends or a child dies, then
@@ -162,11 +163,9 @@ func (c *cluster) start(ctx context.Context) error {
 	}
 	log.Info("network up", "bridge", cfg.Topology.Bridge, "gateway", cfg.Topology.Gateway, "nodes", cfg.Nodes)
 
-	mnt, err := Cgroup2Mount()
-	if err != nil {
+	if c.cg, err = FindCgroups(cfg.CgroupName); err != nil {
 		return err
 	}
-	c.cg = CgroupRoot(filepath.Join(mnt, cfg.CgroupName))
 	if err := c.cg.Ensure(cfg.Nodes); err != nil {
 		return err
 	}
@@ -213,6 +212,13 @@ func (c *cluster) start(ctx context.Context) error {
 	for n := 1; n <= cfg.Nodes; n++ {
 		if _, err := c.spawn(cfg.nodeAgentSpec(n, c.cg)); err != nil {
 			return err
+		}
+		if cfg.ProxyMode != ProxyNone {
+			p, err := c.spawn(cfg.kubeProxySpec(n, c.cg))
+			if err != nil {
+				return err
+			}
+			c.proxies = append(c.proxies, p)
 		}
 	}
 	return nil
@@ -262,6 +268,15 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 		return nil, err
 	}
 	c.log.Info("nodes ready", "nodes", cfg.Nodes)
+	for i, p := range c.proxies {
+		url := fmt.Sprintf("http://%s:%d/healthz", cfg.Topology.NodeIP(i+1), kubeProxyHealthzPort)
+		if err := waitHTTP(ctx, &http.Client{Timeout: 3 * time.Second}, url, p, cfg.ReadyTimeout); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.proxies) > 0 {
+		c.log.Info("kube-proxy ready", "mode", cfg.ProxyMode, "nodes", len(c.proxies))
+	}
 
 	for _, dir := range cfg.Apply {
 		if err := c.apply(ctx, dir); err != nil {

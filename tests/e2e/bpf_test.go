@@ -11,7 +11,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"skipper.dev/skipper/tests/cluster"
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // routerMetricsURL is node n's router metrics endpoint (node IP:8381).
@@ -37,7 +37,7 @@ func TestBPFSteersVIPToOwnNodeRouter(t *testing.T) {
 			return nil
 		})
 	}
-	mnt, err := cluster.Cgroup2Mount()
+	mnt, err := linuxhost.Cgroup2Mount()
 	if err != nil {
 		t.Fatal(err)
 	}

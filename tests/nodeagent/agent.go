@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/netip"
 	"os"
 	"sync"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -60,6 +58,9 @@ type Agent struct {
 	nodeUID types.UID
 	events  record.EventRecorder // pod events (Started, Killing, BackOff, ...)
 
+	net     podNet
+	cgroups podCgroups
+
 	mu      sync.Mutex
 	ipam    *IPAM
 	workers map[types.UID]*podWorker
@@ -86,20 +87,29 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	cgroups, err := newPodCgroups(cfg.Cgroup)
+	if err != nil {
+		return nil, err
+	}
 	return &Agent{cfg: cfg, log: log.With("node", cfg.NodeName), cs: cs, self: self, machine: readMachine(),
-		started: time.Now(), ipam: ipam, workers: map[types.UID]*podWorker{}}, nil
+		started: time.Now(), ipam: ipam, workers: map[types.UID]*podWorker{},
+		net: podNet{CIDR: cfg.PodCIDR, Prefix: cfg.PodNetnsPrefix}, cgroups: cgroups}, nil
 }
 
 // Run registers the node and runs pods until ctx ends; then it stops every
 // pod's processes and removes their addresses.
 func (a *Agent) Run(ctx context.Context) error {
-	a.log.Info("starting", "node_ip", a.cfg.NodeIP, "pod_cidr", a.cfg.PodCIDR, "cgroup", a.cfg.Cgroup,
+	a.log.Info("starting", "node_ip", a.cfg.NodeIP, "pod_cidr", a.cfg.PodCIDR, "cgroup", a.cfg.Cgroup, "pod_netns_prefix", a.cfg.PodNetnsPrefix,
 		"images", a.cfg.Images.describe(), "pod_log_dir", a.cfg.PodLogDir)
 	if err := os.MkdirAll(a.cfg.PodLogDir, 0o755); err != nil {
 		return fmt.Errorf("pod log dir: %w", err)
 	}
-	if err := a.flushPodAddrs(); err != nil {
+	// Leftovers of a previous run first: its pods died with it.
+	if err := a.flushPods(); err != nil {
 		return err
+	}
+	if err := a.net.SetupNode(); err != nil {
+		return fmt.Errorf("pod network: %w", err)
 	}
 	if err := a.registerNode(ctx); err != nil {
 		return err
@@ -136,10 +146,16 @@ func (a *Agent) Run(ctx context.Context) error {
 	factory.Shutdown()
 	stopHB()
 	a.wg.Wait() // every pod worker stops its processes when ctx ends
-	if err := a.flushPodAddrs(); err != nil {
-		a.log.Warn("remove pod addresses", "err", err)
+	if err := a.flushPods(); err != nil {
+		a.log.Warn("remove pod namespaces and cgroups", "err", err)
 	}
 	return nil
+}
+
+// flushPods removes every pod network namespace, veth and cgroup on this
+// node (each pod worker removes its own; this catches what a crash left).
+func (a *Agent) flushPods() error {
+	return errors.Join(a.net.Flush(a.log), a.cgroups.Flush(cgroupRemoveTimeout))
 }
 
 func (a *Agent) podChanged(ctx context.Context, obj any) {
@@ -197,56 +213,6 @@ func (a *Agent) releaseIP(uid types.UID) (netip.Addr, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.ipam.Release(string(uid))
-}
-
-// addPodAddr puts ip/32 on lo in the agent's (the node's) network namespace.
-func (a *Agent) addPodAddr(ip netip.Addr) error {
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("lo: %w", err)
-	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(ip.AsSlice()), Mask: net.CIDRMask(32, 32)}}
-	if err := netlink.AddrReplace(lo, addr); err != nil {
-		return fmt.Errorf("add %s/32 to lo: %w", ip, err)
-	}
-	return nil
-}
-
-func (a *Agent) delPodAddr(ip netip.Addr) error {
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("lo: %w", err)
-	}
-	addr := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(ip.AsSlice()), Mask: net.CIDRMask(32, 32)}}
-	if err := netlink.AddrDel(lo, addr); err != nil && !errors.Is(err, os.ErrNotExist) && err.Error() != "cannot assign requested address" {
-		return fmt.Errorf("remove %s/32 from lo: %w", ip, err)
-	}
-	return nil
-}
-
-// flushPodAddrs removes every pod-CIDR address from lo (leftovers of a
-// previous agent run: their processes died with it).
-func (a *Agent) flushPodAddrs() error {
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("lo: %w", err)
-	}
-	addrs, err := netlink.AddrList(lo, netlink.FAMILY_V4)
-	if errors.Is(err, netlink.ErrDumpInterrupted) {
-		addrs, err = netlink.AddrList(lo, netlink.FAMILY_V4)
-	}
-	if err != nil {
-		return fmt.Errorf("list lo addresses: %w", err)
-	}
-	for _, ad := range addrs {
-		ip, ok := netip.AddrFromSlice(ad.IP)
-		if ok && a.cfg.PodCIDR.Contains(ip.Unmap()) {
-			if err := netlink.AddrDel(lo, &ad); err != nil {
-				return fmt.Errorf("remove stale %s from lo: %w", ad.IPNet, err)
-			}
-		}
-	}
-	return nil
 }
 
 // ConfigMap and Secret implement objectGetter with the node's identity (the

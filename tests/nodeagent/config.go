@@ -44,9 +44,14 @@ type Config struct {
 	// VolumeResync is how often mounted volumes are rewritten from the API
 	// (ConfigMap changes, token refreshes). Default 60s.
 	VolumeResync time.Duration
-	// Cgroup is the cgroup2 directory the agent and its pods run in
-	// (informational: later a BPF program attaches there).
+	// Cgroup is the node's cgroup2 directory (the agent runs there). Pod
+	// cgroups are made under it, kubepods/<qos>/pod<uid>/<container>, and at
+	// the same relative path in the v1 hierarchies of cpu, cpuacct, memory
+	// and pids. Empty: pods get no cgroups of their own.
 	Cgroup string
+	// PodNetnsPrefix + pod UID names each pod's network namespace (under
+	// /run/netns). Default: skipper-<NodeName>-pod-.
+	PodNetnsPrefix string
 	// KubeletVersion is reported in the Node's nodeInfo. Default v1.37.2.
 	KubeletVersion string
 }
@@ -82,6 +87,9 @@ func (c *Config) Validate() error {
 	if c.APIServerHost == "" || c.APIServerPort <= 0 {
 		errs = append(errs, errors.New("--apiserver-host and --apiserver-port are required when the kubeconfig does not name a server"))
 	}
+	if c.PodNetnsPrefix == "" || strings.Contains(c.PodNetnsPrefix, "/") {
+		errs = append(errs, fmt.Errorf("--pod-netns-prefix %q: want a non-empty name prefix (every namespace with it belongs to this agent)", c.PodNetnsPrefix))
+	}
 	if c.MaxPods <= 0 {
 		errs = append(errs, fmt.Errorf("--max-pods %d: must be positive", c.MaxPods))
 	}
@@ -100,11 +108,13 @@ func (c *Config) Validate() error {
 const usage = `skipper-nodeagent is the local cluster's kubelet stand-in. It registers a
 Node, keeps it Ready (status and Lease), and runs the containers of pods bound
 to it as local processes: image repositories map to directories (--image-dir),
-the executable is <dir>/<basename of command[0]>. Every pod gets an IP from
---pod-cidr as a /32 on lo (hostNetwork pods use --node-ip) and its own mount
-namespace with a private /run holding its volumes (projected service-account
-token, ConfigMaps, Secrets, downward API, emptyDir; mount paths must be under
-/run or /var/run). Run it inside the node's network namespace and cgroup.
+the executable is <dir>/<basename of command[0]>. Every pod gets its own
+network namespace (unless hostNetwork) with eth0 on the bridge cbr0 (gateway:
+the first address of --pod-cidr) and an IP from --pod-cidr, its own cgroups
+under --cgroup named as the kubelet names them, and its own mount namespace
+with a private /run holding its volumes (projected service-account token,
+ConfigMaps, Secrets, downward API, emptyDir; mount paths must be under /run or
+/var/run). Run it inside the node's network namespace and cgroup.
 
 Usage: skipper-nodeagent [flags]
 
@@ -130,7 +140,8 @@ func parseFlags(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&c.LeaseDuration, "lease-duration", envDuration("SKIPPER_NODEAGENT_LEASE_DURATION", c.LeaseDuration), "the node Lease's duration [SKIPPER_NODEAGENT_LEASE_DURATION]")
 	fs.DurationVar(&c.LeaseRenewInterval, "lease-renew-interval", envDuration("SKIPPER_NODEAGENT_LEASE_RENEW_INTERVAL", c.LeaseRenewInterval), "how often the node Lease in kube-node-lease is renewed [SKIPPER_NODEAGENT_LEASE_RENEW_INTERVAL]")
 	fs.DurationVar(&c.VolumeResync, "volume-resync", envDuration("SKIPPER_NODEAGENT_VOLUME_RESYNC", c.VolumeResync), "how often running pods' volumes are rewritten from the API [SKIPPER_NODEAGENT_VOLUME_RESYNC]")
-	fs.StringVar(&c.Cgroup, "cgroup", env("SKIPPER_NODEAGENT_CGROUP", ""), "cgroup2 directory the agent runs in (informational, logged) [SKIPPER_NODEAGENT_CGROUP]")
+	fs.StringVar(&c.Cgroup, "cgroup", env("SKIPPER_NODEAGENT_CGROUP", ""), "the node's cgroup2 directory: pod cgroups go under it (kubepods/<qos>/pod<uid>/<container>) and at the same relative path in the v1 cpu, cpuacct, memory and pids hierarchies; empty: no pod cgroups [SKIPPER_NODEAGENT_CGROUP]")
+	fs.StringVar(&c.PodNetnsPrefix, "pod-netns-prefix", env("SKIPPER_NODEAGENT_POD_NETNS_PREFIX", ""), "prefix of the pods' network namespace names (prefix + pod UID, under /run/netns); the agent deletes every namespace with it at start and exit (default: skipper-<node-name>-pod-) [SKIPPER_NODEAGENT_POD_NETNS_PREFIX]")
 	fs.StringVar(&c.KubeletVersion, "kubelet-version", env("SKIPPER_NODEAGENT_KUBELET_VERSION", c.KubeletVersion), "version reported as the Node's kubeletVersion [SKIPPER_NODEAGENT_KUBELET_VERSION]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)
@@ -156,6 +167,9 @@ func parseFlags(args []string, stderr io.Writer) (*Config, error) {
 			errs = append(errs, fmt.Errorf("--pod-cidr: %w", err))
 		}
 		c.PodCIDR = p.Masked()
+	}
+	if c.PodNetnsPrefix == "" && c.NodeName != "" {
+		c.PodNetnsPrefix = "skipper-" + c.NodeName + "-pod-"
 	}
 	if (c.APIServerHost == "" || c.APIServerPort == 0) && c.Kubeconfig != "" {
 		if host, port, err := serverFromKubeconfig(c.Kubeconfig); err == nil {

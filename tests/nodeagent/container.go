@@ -8,11 +8,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // containerInitArg is the hidden subcommand the agent re-executes itself
@@ -44,11 +47,18 @@ type startSpec struct {
 	Prepare func(pid int, root string) error
 	// InitTimeout bounds the handshake with the container init.
 	InitTimeout time.Duration
+	// Netns is the named network namespace the process starts in; empty:
+	// the agent's own (hostNetwork).
+	Netns string
+	// Cgroups are the cgroup directories (one per hierarchy) the process is
+	// moved into before it execs the container binary.
+	Cgroups []string
 }
 
 // startContainer re-executes the agent binary as the container init in a
-// new mount namespace (Unshareflags CLONE_NEWNS makes / rprivate), lets it
-// mount a private tmpfs on /run, runs Prepare to write the volumes there,
+// new mount namespace (Unshareflags CLONE_NEWNS makes / rprivate) inside the
+// pod's network namespace, lets it mount a private tmpfs on /run, moves it
+// into the container's cgroups, runs Prepare to write the volumes there,
 // then lets it exec the container binary. The process leads its own process
 // group and gets SIGKILL when the agent dies.
 func startContainer(self string, s startSpec) (*process, error) {
@@ -81,7 +91,11 @@ func startContainer(self string, s startSpec) (*process, error) {
 		Pdeathsig:    syscall.SIGKILL,
 		Unshareflags: syscall.CLONE_NEWNS,
 	}
-	if err := cmd.Start(); err != nil {
+	start := cmd.Start
+	if s.Netns != "" {
+		start = func() error { return linuxhost.InNetns(s.Netns, cmd.Start) }
+	}
+	if err := start(); err != nil {
 		return nil, fmt.Errorf("start container init: %w", err)
 	}
 	p := &process{pid: cmd.Process.Pid, cmd: cmd, exited: make(chan struct{})}
@@ -107,6 +121,9 @@ func startContainer(self string, s startSpec) (*process, error) {
 	}
 	if line = strings.TrimSpace(line); line != "ok" {
 		return fail(fmt.Errorf("container init: %s", line))
+	}
+	if err := linuxhost.Enter(p.pid, s.Cgroups); err != nil {
+		return fail(err)
 	}
 	if s.Prepare != nil {
 		if err := s.Prepare(p.pid, fmt.Sprintf("/proc/%d/root", p.pid)); err != nil {
@@ -181,6 +198,12 @@ func RunContainerInit() error {
 		return err
 	}
 	// / is already rprivate (Unshareflags); nothing here reaches the host.
+	// The copies of the host's mounts under /run go first: hidden under the
+	// tmpfs they would still pin what they hold, such as other pods'
+	// network namespaces bound under /run/netns.
+	if err := detachMountsUnder("/run"); err != nil {
+		return report(err)
+	}
 	if err := unix.Mount("tmpfs", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64m"); err != nil {
 		return report(fmt.Errorf("mount private /run: %w", err))
 	}
@@ -202,4 +225,31 @@ func RunContainerInit() error {
 	unix.CloseOnExec(4)
 	err := syscall.Exec(es.Path, es.Argv, es.Env)
 	return report(fmt.Errorf("exec %s: %w", es.Path, err))
+}
+
+// detachMountsUnder lazily unmounts every mount at or below dir in this
+// mount namespace, deepest first.
+func detachMountsUnder(dir string) error {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read mountinfo: %w", err)
+	}
+	var points []string
+	for line := range strings.Lines(string(data)) {
+		f := strings.Fields(line)
+		if len(f) < 5 {
+			continue
+		}
+		mp := linuxhost.UnescapeMount(f[4])
+		if mp == dir || strings.HasPrefix(mp, dir+"/") {
+			points = append(points, mp)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, mp := range points {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("detach %s: %w", mp, err)
+		}
+	}
+	return nil
 }

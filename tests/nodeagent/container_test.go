@@ -49,12 +49,7 @@ func TestStartContainerPrivateRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-p.exited:
-	case <-time.After(10 * time.Second):
-		p.stop(0)
-		t.Fatal("container did not exit")
-	}
+	waitExit(t, p)
 	if p.code != 0 {
 		t.Errorf("exit code %d", p.code)
 	}
@@ -86,5 +81,16 @@ func TestStartContainerExecFailureAndStop(t *testing.T) {
 	}
 	if p.code != 128+15 {
 		t.Errorf("exit code %d, want 143 (SIGTERM)", p.code)
+	}
+}
+
+// waitExit waits for a container process that should end by itself.
+func waitExit(t *testing.T, p *process) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.stop(0)
+		t.Fatal("container did not exit")
 	}
 }

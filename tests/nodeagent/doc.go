@@ -5,15 +5,31 @@
 //
 // # How a pod runs
 //
-//   - IP: pods get an address from --pod-cidr, added as a /32 on lo in the
-//     node namespace (pods share it and each binds its own IP); hostNetwork
-//     pods use --node-ip. Addresses are removed when the pod ends.
+//   - Network: as the CNI bridge plugin does it. The agent keeps a bridge
+//     cbr0 in the node namespace holding the pod CIDR's first address (the
+//     gateway), with forwarding and br_netfilter's bridge-nf-call-iptables
+//     on (kube-proxy's rules see traffic between pods of one bridge). Each
+//     pod gets a named network namespace <--pod-netns-prefix><uid> whose
+//     eth0 (a veth peered with a cbr0 port) holds its IP from --pod-cidr,
+//     with a default route via the gateway; its processes start inside it.
+//     hostNetwork pods run in the node namespace on --node-ip. A pod's
+//     namespace and veth are removed when it ends; at start and exit the
+//     agent removes every namespace with its prefix.
+//   - Cgroups: with --cgroup (the node's cgroup2 directory), each container
+//     runs in <node>/kubepods/<qos>/pod<uid>/<container> (kubepods/pod<uid>
+//     for Guaranteed), named as the kubelet's cgroupfs driver names pod
+//     cgroups, in the cgroup2 hierarchy and at the same relative path in
+//     the v1 hierarchies of cpu, cpuacct, memory and pids where the machine
+//     has them. They are removed (stragglers killed) when the pod ends; at
+//     start and exit the agent removes the node's whole kubepods tree.
 //   - Image: the image repository (any tag) maps to a directory with
 //     --image-dir; the executable is <dir>/<basename of command[0]>. An
 //     unmapped image leaves the container Waiting with ErrImageNeverPull.
 //   - Mounts: each container process starts as the agent binary re-executed
 //     with a hidden subcommand in a new mount namespace (/ made rprivate); it
-//     mounts a private tmpfs on /run, the agent writes the container's
+//     detaches the host's mounts under /run (copies of other pods' netns
+//     bind mounts would pin them) and mounts a private tmpfs on /run, the
+//     agent moves it into its cgroups, writes the container's
 //     volumes there through /proc/<pid>/root, and the init execs the
 //     container binary. Nothing is created on the host. Mount paths must be
 //     under /run or /var/run; volumes are the projected service-account

@@ -22,15 +22,16 @@ import (
 
 // Retry and backoff intervals of a pod worker.
 const (
-	retryObject     = 2 * time.Second  // a missing ConfigMap/Secret, an API error
-	retryStart      = 5 * time.Second  // a missing executable, a failed start
-	initialBackoff  = 10 * time.Second // first restart delay, doubling
-	maxBackoff      = 5 * time.Minute
-	backoffReset    = 10 * time.Minute // a container that ran this long restarts at once
-	initTimeout     = 30 * time.Second // container init handshake and exec
-	goneGrace       = 2 * time.Second  // pod vanished from the API: short grace
-	shutdownGrace   = 5 * time.Second  // agent stopping: cap on every pod's grace
-	tokenRefreshPct = 80               // refresh tokens at this % of their life
+	retryObject         = 2 * time.Second  // a missing ConfigMap/Secret, an API error
+	retryStart          = 5 * time.Second  // a missing executable, a failed start
+	initialBackoff      = 10 * time.Second // first restart delay, doubling
+	maxBackoff          = 5 * time.Minute
+	backoffReset        = 10 * time.Minute // a container that ran this long restarts at once
+	initTimeout         = 30 * time.Second // container init handshake and exec
+	cgroupRemoveTimeout = 5 * time.Second  // a stopped pod's cgroups let go
+	goneGrace           = 2 * time.Second  // pod vanished from the API: short grace
+	shutdownGrace       = 5 * time.Second  // agent stopping: cap on every pod's grace
+	tokenRefreshPct     = 80               // refresh tokens at this % of their life
 )
 
 type ctrState int
@@ -95,7 +96,8 @@ type podWorker struct {
 	pod          *corev1.Pod
 	ctrs         []*ctr
 	ip           netip.Addr
-	ipOnLo       bool
+	netns        string      // the pod's network namespace once made; empty for hostNetwork
+	cgroupPod    *corev1.Pod // the pod its cgroups were made for (their path holds its QoS class)
 	startTime    metav1.Time
 	tokens       map[tokenKey]*cachedToken
 	volSynced    time.Time
@@ -186,7 +188,7 @@ func (w *podWorker) run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			w.killAll(shutdownGrace)
-			w.releaseIP()
+			w.release()
 			return
 		case <-w.wake:
 		case fn := <-w.events:
@@ -211,7 +213,7 @@ func (w *podWorker) sync(ctx context.Context) {
 			}
 		}
 		w.killAll(min(deletionGrace(pod), goneGrace))
-		w.releaseIP()
+		w.release()
 		w.done = true
 		return
 	}
@@ -263,7 +265,7 @@ func (w *podWorker) sync(ctx context.Context) {
 		w.terminal = phase
 		w.log.Info("pod finished", "phase", phase)
 		w.writeStatus(ctx, now)
-		w.releaseIP()
+		w.release()
 		return
 	}
 	w.writeStatus(ctx, now)
@@ -293,7 +295,7 @@ func (w *podWorker) syncDeleting(ctx context.Context, pod *corev1.Pod) {
 			}
 		}
 		w.killAll(grace)
-		w.releaseIP()
+		w.release()
 		w.killed = true
 	}
 	if w.finalDeleted {
@@ -313,6 +315,8 @@ func (w *podWorker) syncDeleting(ctx context.Context, pod *corev1.Pod) {
 	w.finalDeleted = true
 }
 
+// ensureIP gives the pod its IP and, unless it uses the host's network, its
+// own network namespace on the node's bridge.
 func (w *podWorker) ensureIP(pod *corev1.Pod) error {
 	if pod.Spec.HostNetwork {
 		w.ip = w.a.cfg.NodeIP
@@ -325,21 +329,31 @@ func (w *podWorker) ensureIP(pod *corev1.Pod) error {
 		}
 		w.ip = ip
 	}
-	if !w.ipOnLo {
-		if err := w.a.addPodAddr(w.ip); err != nil {
-			return err
+	if w.netns == "" {
+		name, err := w.a.net.Add(pod.UID, w.ip)
+		if err != nil {
+			return fmt.Errorf("pod network: %w", err)
 		}
-		w.ipOnLo = true
+		w.netns = name
+		w.log.Info("pod network ready", "netns", name, "ip", w.ip)
 	}
 	return nil
 }
 
-func (w *podWorker) releaseIP() {
-	if w.ipOnLo {
-		if err := w.a.delPodAddr(w.ip); err != nil {
-			w.log.Warn("release pod IP", "ip", w.ip, "err", err)
+// release removes the pod's cgroups, network namespace and IP once its
+// processes are gone. Safe to repeat.
+func (w *podWorker) release() {
+	if w.cgroupPod != nil {
+		if err := w.a.cgroups.RemovePod(w.cgroupPod, cgroupRemoveTimeout); err != nil {
+			w.log.Warn("remove pod cgroups", "err", err)
 		}
-		w.ipOnLo = false
+		w.cgroupPod = nil
+	}
+	if w.netns != "" {
+		if err := w.a.net.Del(w.uid); err != nil {
+			w.log.Warn("remove pod network", "netns", w.netns, "err", err)
+		}
+		w.netns = ""
 	}
 	if w.pod == nil || !w.pod.Spec.HostNetwork {
 		w.a.releaseIP(w.uid)
@@ -450,6 +464,16 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *ctr,
 		w.wakeAt(now.Add(retryObject))
 		return
 	}
+	if w.cgroupPod == nil {
+		w.cgroupPod = pod // the QoS class in the path never changes
+	}
+	cgroups, err := w.a.cgroups.EnsureContainer(w.cgroupPod, spec.Name)
+	if err != nil {
+		c.waiting("RunContainerError", err.Error())
+		w.log.Warn("container cgroup", "container", spec.Name, "err", err)
+		w.wakeAt(now.Add(retryStart))
+		return
+	}
 	logPath := filepath.Join(w.a.cfg.PodLogDir, fmt.Sprintf("%s_%s_%s.log", pod.Namespace, pod.Name, spec.Name))
 	dir := spec.WorkingDir
 	if dir == "" {
@@ -459,6 +483,8 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *ctr,
 		Exec:        execSpec{Path: path, Argv: argv, Env: env, Dir: dir},
 		LogPath:     logPath,
 		InitTimeout: initTimeout,
+		Netns:       w.netns,
+		Cgroups:     cgroups,
 		Prepare: func(_ int, root string) error {
 			return writeVolumes(root, mounts, vols)
 		},
@@ -479,7 +505,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *ctr,
 	c.nextStart = time.Time{}
 	c.ready = false
 	w.event(corev1.EventTypeNormal, "Started", "Started container %s (pid %d, %s)", spec.Name, proc.pid, path)
-	w.log.Info("container started", "container", spec.Name, "pid", proc.pid, "ip", w.ip, "exe", path, "log", logPath)
+	w.log.Info("container started", "container", spec.Name, "pid", proc.pid, "ip", w.ip, "netns", w.netns, "exe", path, "log", logPath)
 
 	go func() {
 		<-proc.exited

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/tests/cluster"
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // vipPath is one way a caller on a node reaches its router.
@@ -72,7 +73,7 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return fmt.Errorf("the skipper Service: %w", err)
 	}
-	mnt, err := cluster.Cgroup2Mount()
+	mnt, err := linuxhost.Cgroup2Mount()
 	if err != nil {
 		return err
 	}
