@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: bench-coldstart bpf-generate deps build kube tools generate verify test unit e2e up down lint clean
+.PHONY: bench-vip bench-coldstart bpf-generate deps build kube tools generate verify test unit e2e up down lint clean
 
 ## deps: Debian packages and the bpffs mount the tests and the cluster need (root)
 deps:
@@ -78,6 +78,11 @@ test: deps verify lint unit e2e
 ## (needs a running cluster: make up in another shell)
 bench-coldstart: build
 	$(BIN)/skipper-bench coldstart -n 50
+
+## bench-vip: a node-2 caller's connect+request latency via the BPF-steered
+## VIP, via kube-proxy, and to the router directly (needs a running cluster)
+bench-vip: build
+	$(BIN)/skipper-bench vip -n 2000
 
 ## up: the local cluster in the foreground with the demo function (root)
 up: deps build kube

@@ -130,17 +130,22 @@ type Config struct {
 	// BPF is BPFOff, BPFAuto (steer when the kernel and capabilities allow,
 	// otherwise run without) or BPFRequired (fail start-up without).
 	BPF string
-	// BPFCgroup is the cgroup2 directory the steering programs attach to;
-	// empty: the cgroup2 mount found in /proc/mounts (the host's root with
-	// a hostPath mount in a DaemonSet; the local cluster passes each node's
-	// own cgroup).
+	// BPFCgroup is the cgroup2 directory the steering programs attach to:
+	// empty, the cgroup2 mount found in /proc/mounts; absolute, that
+	// directory, or its "unified" subdirectory when it holds the cgroup2
+	// hierarchy of a hybrid host (a hostPath of the host's /sys/fs/cgroup);
+	// relative, that path under the cgroup2 mount (the local cluster passes
+	// each node's own cgroup, skipper/<node>).
 	BPFCgroup string
 	// BPFPinDir is a bpffs directory where links and maps are pinned so
 	// steering survives a router restart; empty: nothing pinned.
 	BPFPinDir string
-	// BPFVIPs are the steered destinations (ip:port): the skipper
-	// Service's ClusterIP:80.
+	// BPFVIPs are the steered destinations (ip:port); empty: the ClusterIPs
+	// and ports of BPFService, followed as it changes.
 	BPFVIPs []string
+	// BPFService names the router's own Service (in ControllerNamespace)
+	// whose ClusterIP:port pairs are steered when BPFVIPs is empty.
+	BPFService string
 	// BPFMaxAge is how long steering stays on after the router's last
 	// liveness heartbeat (sent every BPFMaxAge/4); then calls fail open.
 	BPFMaxAge time.Duration
@@ -188,6 +193,7 @@ func DefaultConfig() Config {
 		LocalAddressInterval: 10 * time.Second,
 		BPF:                  BPFOff,
 		BPFPinDir:            "/sys/fs/bpf/skipper",
+		BPFService:           "skipper",
 		BPFMaxAge:            bpf.DefaultMaxAge,
 	}
 }
@@ -298,16 +304,16 @@ func (c Config) validateSteering() []error {
 	if c.LocalAddress == "" {
 		errs = append(errs, fmt.Errorf("--bpf=%s needs --local-address: steered calls go there", c.BPF))
 	}
-	if len(c.BPFVIPs) == 0 {
-		errs = append(errs, fmt.Errorf("--bpf=%s needs --bpf-vips (the skipper Service's ClusterIP:80)", c.BPF))
+	if len(c.BPFVIPs) == 0 && (c.BPFService == "" || len(c.ControllerAddresses) > 0) {
+		errs = append(errs, fmt.Errorf("--bpf=%s needs --bpf-vips, or --bpf-service read from the API server (not with --controller-addresses)", c.BPF))
 	}
 	for _, v := range c.BPFVIPs {
 		if ap, err := netip.ParseAddrPort(v); err != nil || !ap.Addr().Unmap().Is4() {
 			errs = append(errs, fmt.Errorf("--bpf-vips: %q: want IPv4 ip:port", v))
 		}
 	}
-	if c.BPFCgroup != "" && !filepath.IsAbs(c.BPFCgroup) {
-		errs = append(errs, fmt.Errorf("--bpf-cgroup %q: want an absolute path", c.BPFCgroup))
+	if c.BPFCgroup != "" && !filepath.IsLocal(c.BPFCgroup) && !filepath.IsAbs(c.BPFCgroup) {
+		errs = append(errs, fmt.Errorf("--bpf-cgroup %q: want an absolute path or one relative to the cgroup2 mount, without ..", c.BPFCgroup))
 	}
 	if c.BPFPinDir != "" && !filepath.IsAbs(c.BPFPinDir) {
 		errs = append(errs, fmt.Errorf("--bpf-pin-dir %q: want an absolute path", c.BPFPinDir))
@@ -423,10 +429,11 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	envs("local-port")
 	dur(&c.LocalAddressInterval, "local-address-interval", "how often --local-address is checked and restored if removed")
 	str(&c.BPF, "bpf", "eBPF steering of calls to --bpf-vips to --local-address: off; auto (on when the kernel and capabilities allow, otherwise logged and off); required (start-up fails without it)")
-	str(&c.BPFCgroup, "bpf-cgroup", "cgroup2 directory whose sockets are steered; empty: the cgroup2 mount in /proc/mounts (in a DaemonSet, the host's cgroup2 root by hostPath; the local cluster passes each node's own cgroup)")
+	str(&c.BPFCgroup, "bpf-cgroup", "cgroup2 directory whose sockets are steered: absolute (or its unified/ subdirectory on a hybrid host; in a DaemonSet the host's /sys/fs/cgroup by hostPath), relative to the cgroup2 mount (the local cluster passes skipper/<node>), or empty: the cgroup2 mount in /proc/mounts")
 	str(&c.BPFPinDir, "bpf-pin-dir", "bpffs directory where steering is pinned so it survives router restarts; empty: not pinned")
-	fs.Var(listFlag{&c.BPFVIPs}, "bpf-vips", "comma-separated ip:port list of steered destinations: the skipper Service's ClusterIP:80")
+	fs.Var(listFlag{&c.BPFVIPs}, "bpf-vips", "comma-separated ip:port list of steered destinations; empty: the ClusterIPs and ports of --bpf-service, followed as it changes")
 	envs("bpf-vips")
+	str(&c.BPFService, "bpf-service", "the router's own Service in --controller-namespace, whose ClusterIP:port pairs are steered when --bpf-vips is empty")
 	dur(&c.BPFMaxAge, "bpf-max-age", "steering stays on this long after the router's last liveness heartbeat (sent every quarter of it), then calls fail open to the Service")
 	return fs, env
 }

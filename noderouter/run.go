@@ -151,7 +151,7 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	// has drained: in-flight cold requests still need GetInstance.
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
-	errc := make(chan error, 3)
+	errc := make(chan error, 8) // one per sender at most: none blocks after the first stops run
 	var wg sync.WaitGroup
 
 	if cs == nil {
@@ -200,6 +200,13 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	if rt.steer != nil {
 		defer rt.closeBPF()
 		hb.Go(func() { rt.heartbeat(hbCtx) })
+		if len(rt.cfg.BPFVIPs) == 0 && cs != nil {
+			wg.Go(func() {
+				if err := rt.followVIPs(bg, cs); err != nil {
+					errc <- fmt.Errorf("watch --bpf-service: %w", err)
+				}
+			})
+		}
 	}
 	rt.log.Info("serving", "listen", data.Addr().String(), "local", localAddr, "admin", admin.Addr().String(), "mode", rt.cfg.Mode)
 

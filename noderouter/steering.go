@@ -7,7 +7,11 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"time"
+
+	"golang.org/x/sys/unix"
+	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/bpf"
 )
@@ -58,12 +62,9 @@ func steeringFailure(err error) string {
 // steer as soon as this returns.
 // It returns the cgroup it attached to.
 func loadSteering(cfg Config) (*bpf.Steering, string, error) {
-	cg := cfg.BPFCgroup
-	if cg == "" {
-		var err error
-		if cg, err = bpf.Cgroup2Mount(); err != nil {
-			return nil, "", fmt.Errorf("find the cgroup2 mount for --bpf-cgroup: %w", err)
-		}
+	cg, err := resolveCgroup(cfg.BPFCgroup, bpf.Cgroup2Mount, isCgroup2)
+	if err != nil {
+		return nil, "", err
 	}
 	routerAddr, err := netip.ParseAddr(cfg.LocalAddress) // validated
 	if err != nil {
@@ -77,6 +78,8 @@ func loadSteering(cfg Config) (*bpf.Steering, string, error) {
 		}
 		vips = append(vips, ap)
 	}
+	// With no --bpf-vips the set starts empty (nothing steered) and follows
+	// --bpf-service (run starts the watch).
 	s, err := bpf.Load(bpf.Options{Cgroup: cg, PinDir: cfg.BPFPinDir, MaxAge: cfg.BPFMaxAge})
 	if err != nil {
 		return nil, cg, err
@@ -87,6 +90,47 @@ func loadSteering(cfg Config) (*bpf.Steering, string, error) {
 		return nil, cg, err
 	}
 	return s, cg, nil
+}
+
+// resolveCgroup turns --bpf-cgroup into the directory to attach to (see
+// Config.BPFCgroup). mount finds the cgroup2 mount; isCG2 reports whether a
+// directory is on a cgroup2 filesystem.
+func resolveCgroup(flag string, mount func() (string, error), isCG2 func(string) bool) (string, error) {
+	if filepath.IsAbs(flag) {
+		switch {
+		case isCG2(flag):
+			return flag, nil
+		case isCG2(filepath.Join(flag, "unified")):
+			return filepath.Join(flag, "unified"), nil // hybrid host: cgroup2 is the unified hierarchy
+		default:
+			return "", fmt.Errorf("--bpf-cgroup %s: neither it nor %s is a cgroup2 directory", flag, filepath.Join(flag, "unified"))
+		}
+	}
+	m, err := mount()
+	if err != nil {
+		return "", fmt.Errorf("find the cgroup2 mount for --bpf-cgroup: %w", err)
+	}
+	dir := filepath.Join(m, flag)
+	if !isCG2(dir) {
+		return "", fmt.Errorf("--bpf-cgroup %q: %s is not a cgroup2 directory", flag, dir)
+	}
+	return dir, nil
+}
+
+// isCgroup2 reports whether dir is a directory on a cgroup2 filesystem.
+func isCgroup2(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// followVIPs keeps the steered VIPs equal to --bpf-service's ClusterIP:port
+// pairs until ctx ends.
+func (rt *router) followVIPs(ctx context.Context, cs kubernetes.Interface) error {
+	return watchServiceVIPs(ctx, cs, rt.cfg.ControllerNamespace, rt.cfg.BPFService, rt.log, func(vips []netip.AddrPort) {
+		if err := rt.steer.SetVIPs(vips); err != nil {
+			rt.log.Warn("bpf: set VIPs from Service", "vips", fmt.Sprint(vips), "err", err)
+		}
+	})
 }
 
 // markDials sets bpf.DefaultSkipMark on the router's own sockets (to

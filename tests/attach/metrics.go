@@ -36,6 +36,22 @@ func MetricSum(url, metric string, match map[string]string) (float64, error) {
 	if !ok {
 		return 0, fmt.Errorf("%s does not export %s", url, metric)
 	}
+	return SumFamily(fam, match), nil
+}
+
+// CounterSum is MetricSum for a labelled counter whose series appear on
+// first use: a metric url does not export yet counts as zero.
+func CounterSum(url, metric string, match map[string]string) (float64, error) {
+	fams, err := Scrape(url)
+	if err != nil {
+		return 0, err
+	}
+	return SumFamily(fams[metric], match), nil
+}
+
+// SumFamily sums the samples of fam (nil: none) whose labels include every
+// pair in match.
+func SumFamily(fam *dto.MetricFamily, match map[string]string) float64 {
 	var sum float64
 next:
 	for _, m := range fam.GetMetric() {
@@ -59,5 +75,5 @@ next:
 			sum += m.GetUntyped().GetValue()
 		}
 	}
-	return sum, nil
+	return sum
 }

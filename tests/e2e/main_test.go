@@ -91,6 +91,17 @@ func metricSum(t *testing.T, url, metric string, match map[string]string) float6
 	return v
 }
 
+// counterSum is metricSum for a labelled counter whose series appear on
+// first use: not exported yet counts as zero.
+func counterSum(t *testing.T, url, metric string, match map[string]string) float64 {
+	t.Helper()
+	v, err := attach.CounterSum(url, metric, match)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
 // eventually polls cond every 100ms until it returns nil or timeout passes.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) {
 	t.Helper()

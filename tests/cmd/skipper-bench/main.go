@@ -3,12 +3,17 @@
 // `make up` first, or let `make bench-coldstart` do it).
 //
 //	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
+//	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
 // the pool has a ready warm pod, then times the function's first call (claim
 // patch + assign + proxy, through the router at ROUTER_URL) and a second,
 // warm call on the same connection. It prints p50/p90/p99/max of both and
 // deletes the Functions it made.
+//
+// vip compares, for a caller on one node, the skipper Service VIP steered by
+// BPF, the VIP through kube-proxy, and the router's addresses dialled
+// directly: connect+request latency p50/p99 and requests/s (see vip.go).
 package main
 
 import (
@@ -47,8 +52,16 @@ func main() {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "vip":
+			return runVIP(ctx, args[1:], stdout, stderr)
+		case "vip-client":
+			return runVIPClient(ctx, args[1:], stdout, stderr)
+		}
+	}
 	if len(args) == 0 || args[0] != "coldstart" {
-		fmt.Fprintln(stderr, "usage: skipper-bench coldstart [flags]   (skipper-bench coldstart --help)")
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|vip [flags]   (skipper-bench coldstart --help)")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)

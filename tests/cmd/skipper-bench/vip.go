@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"skipper.dev/skipper/tests/cluster"
+	"skipper.dev/skipper/tests/linuxhost"
+)
+
+// vipPath is one way a caller on a node reaches its router.
+type vipPath struct {
+	name     string
+	url      string
+	inCgroup bool // the caller runs in the node's cgroup, where BPF steers
+}
+
+// clientResult is what one vip-client run prints.
+type clientResult struct {
+	N       int             `json:"n"`
+	Errors  int             `json:"errors"`
+	FirstEr string          `json:"first_error,omitempty"`
+	Elapsed time.Duration   `json:"elapsed"`
+	Lat     []time.Duration `json:"latencies"`
+}
+
+// runVIP compares, from a caller on one node, the paths to that node's
+// router: the skipper Service VIP steered by BPF, the VIP through
+// kube-proxy (a caller outside the node's cgroup, where nothing steers),
+// and the router addresses dialled directly. Each request opens a new
+// connection (connect + request is what steering changes).
+func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vip", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	n := fs.Int("n", 2000, "requests per path, each on a new connection")
+	node := fs.Int("node", 2, "the caller's node")
+	function := fs.String("function", "default/echo", "function called")
+	envFile := fs.String("env", ".skipper/env", "the local cluster's env file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *n < 1 || *node < 1 {
+		return fmt.Errorf("-n and -node must be at least 1")
+	}
+	env, err := cluster.ReadEnv(*envFile)
+	if err != nil {
+		return fmt.Errorf("read %s (is a cluster up?): %w", *envFile, err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
+	if err != nil {
+		return fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	svc, err := cs.CoreV1().Services("skipper-system").Get(ctx, "skipper", metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("the skipper Service: %w", err)
+	}
+	mnt, err := linuxhost.Cgroup2Mount()
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	topo := cluster.DefaultTopology()
+	vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
+	paths := []vipPath{
+		{"VIP via BPF (connect4 rewrite)", "http://" + vip, true},
+		{"VIP via kube-proxy (no BPF)", "http://" + vip, false},
+		{"169.254.20.20:80 direct", "http://169.254.20.20:80", false},
+		{"node IP:8380 direct", "http://" + net.JoinHostPort(topo.NodeIP(*node).String(), "8380"), false},
+	}
+	fmt.Fprintf(stdout, "vip: caller on node%d, %d requests per path, each on a new connection, function %s\n\n", *node, *n, *function)
+	fmt.Fprintln(stdout, "| path | p50 | p99 | requests/s | errors |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|")
+	for _, p := range paths {
+		// The caller joins the node's cgroup (or not) before entering its
+		// network namespace: ip netns exec remounts /sys.
+		script := `exec ip netns exec "$1" "$2" vip-client -url "$3" -n "$4" -function "$5"`
+		if p.inCgroup {
+			script = `echo $$ > "$6/cgroup.procs" && ` + script
+		}
+		cmd := exec.CommandContext(ctx, "sh", "-c", script, "caller", topo.Netns(*node), self, p.url,
+			strconv.Itoa(*n), *function, filepath.Join(mnt, "skipper", cluster.NodeName(*node)))
+		cmd.Stderr = stderr
+		out, err := cmd.Output()
+		if err != nil {
+			fmt.Fprintf(stdout, "| %s | – | – | – | client failed: %v |\n", p.name, err)
+			continue
+		}
+		var r clientResult
+		if err := json.Unmarshal(out, &r); err != nil {
+			return fmt.Errorf("%s: client output: %w", p.name, err)
+		}
+		if len(r.Lat) == 0 {
+			fmt.Fprintf(stdout, "| %s | – | – | – | %d/%d (%s) |\n", p.name, r.Errors, r.N, r.FirstEr)
+			continue
+		}
+		s := slices.Clone(r.Lat)
+		slices.Sort(s)
+		q := func(f float64) string {
+			return s[min(len(s)-1, int(f*float64(len(s))))].Round(time.Microsecond).String()
+		}
+		fmt.Fprintf(stdout, "| %s | %s | %s | %.0f | %d |\n", p.name, q(0.5), q(0.99), float64(len(s))/r.Elapsed.Seconds(), r.Errors)
+	}
+	return nil
+}
+
+// runVIPClient makes n sequential GETs to url, each on a new connection,
+// and prints a clientResult as JSON. It runs inside the caller's node
+// namespace (and cgroup), started by runVIP.
+func runVIPClient(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("vip-client", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", "", "target")
+	n := fs.Int("n", 1000, "requests")
+	function := fs.String("function", "default/echo", "function called")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	res := clientResult{N: *n}
+	start := time.Now()
+	for range *n {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url+"/vip", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("x-skipper-function", *function)
+		t0 := time.Now()
+		resp, err := client.Do(req)
+		if err == nil {
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("status %d", resp.StatusCode)
+			}
+		}
+		if err != nil {
+			if res.Errors++; res.FirstEr == "" {
+				res.FirstEr = err.Error()
+			}
+			if res.Errors >= 5 && len(res.Lat) == 0 {
+				break // the path does not work here; say so rather than wait out n timeouts
+			}
+			continue
+		}
+		res.Lat = append(res.Lat, time.Since(t0))
+	}
+	res.Elapsed = time.Since(start)
+	return json.NewEncoder(stdout).Encode(res)
+}
