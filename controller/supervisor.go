@@ -290,7 +290,8 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 	defer s.mu.Unlock()
 	s.instances, s.candidates = s.instances[:0], s.candidates[:0]
 	add := func(pod *corev1.Pod) {
-		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && now.Sub(claimedAt(pod)) >= c.cfg.OneshotLease) {
+		at := claimedAt(pod)
+		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && !at.IsZero() && now.Sub(at) >= c.cfg.OneshotLease) {
 			if _, draining := s.drains[pod.UID]; !draining {
 				p.retire = append(p.retire, pod)
 			}
@@ -307,7 +308,7 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 			p.notReady++
 		}
 		s.instances = append(s.instances, inst)
-		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: claimedAt(pod)})
+		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: at})
 	}
 	c.mu.Lock()
 	for _, pod := range pods {

@@ -472,7 +472,7 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 	for i := range 4 {
 		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
 	}
-	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval, c.OneshotLease = 20*time.Millisecond, 2*time.Second })
 	routerA := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
 	routerB := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-b", Incarnation: "i1"}
 
@@ -525,6 +525,11 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), first.GetInstance().GetPod(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("released pod: err = %v, want NotFound", err)
 	}
+	// The instance its router never released goes at the lease's end.
+	eventuallyFor(t, 5*time.Second, "unreleased oneshot instance deleted after --oneshot-lease", func() bool {
+		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), second.GetInstance().GetPod(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 	// The shared set of a oneshot function stays empty.
 	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"}})
 	if err != nil {
