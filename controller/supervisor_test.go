@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"slices"
 	"strconv"
 	"sync"
@@ -616,5 +617,25 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	}
 	if !slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool { return ev.Reason == "OwnershipTaken" }) {
 		t.Error("no OwnershipTaken event")
+	}
+}
+
+// TestScaleUpBacksOffAfterFailedClaims: instances that refuse their
+// assignment are deleted, and the supervisor retries with exponential
+// back-off rather than on every tick.
+func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("broken", "echo")
+	fn.Spec.MinInstances = 1
+	e.add(poolDeploy("echo"), fn)
+	for i := range 20 {
+		e.add(poolPod(fmt.Sprintf("p%02d", i), "echo"))
+	}
+	e.failFn["default/broken"] = http.StatusInternalServerError
+	startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	time.Sleep(time.Second) // 50 ticks
+	// Back-off 20ms, 40ms, 80ms, ... : about 6 attempts in a second, not 50.
+	if n := len(e.assignRequests()); n < 2 || n > 10 {
+		t.Errorf("%d assign attempts in 1s of 20ms ticks, want a handful (back-off)", n)
 	}
 }
