@@ -298,6 +298,9 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	}
 
 	node := hello.GetRouter().GetNode()
+	// The node's series exists from its router's Hello, at zero until the
+	// first report: dashboards never come back empty.
+	c.metrics.heartbeatBatches.WithLabelValues(node)
 	recvDone := make(chan error, 1)
 	// The receiver ends when the stream does, which gRPC guarantees once
 	// this handler returns; c.wg lets shutdown wait for it.
