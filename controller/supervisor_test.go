@@ -639,3 +639,71 @@ func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
 		t.Errorf("%d assign attempts in 1s of 20ms ticks, want a handful (back-off)", n)
 	}
 }
+
+// TestOwnerDeathScalingResumesWithinTwoIntervals: when the owning replica
+// dies (its endpoint leaves the Service), the next owner takes the function
+// over and acts on load within two scale intervals.
+func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
+	e := newTestEnv(t)
+	la, lb := listen(t), listen(t)
+	hostPort := func(l net.Listener) (string, int32) {
+		h, p, _ := net.SplitHostPort(l.Addr().String())
+		n, _ := strconv.Atoi(p)
+		return h, int32(n)
+	}
+	ha, pa := hostPort(la)
+	hb, pb := hostPort(lb)
+	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := ""
+	for i := range 1000 {
+		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == la.Addr().String() {
+			name = n
+			break
+		}
+	}
+	fn := e.fnFor(name, "echo")
+	fn.Spec.Scaling.TargetInFlight = 1
+	e.add(ctlSlice("ctl-a", pa, ha), ctlSlice("ctl-b", pb, hb), poolDeploy("echo"), fn)
+	for i := range 4 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	const interval = 300 * time.Millisecond
+	cfg := func(c *Config) { c.ScaleInterval, c.StatusInterval = interval, 10*time.Millisecond }
+	a := startReplica(t, e, "ctl-a", la, cfg)
+	b := startReplica(t, e, "ctl-b", lb, cfg)
+	eventually(t, "both replicas see a two-member ring", func() bool {
+		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
+		_, mb := httpGetBody(t, b.httpAddr, "/metrics")
+		return containsLine(ma, "skipper_controller_ring_members 2") && containsLine(mb, "skipper_controller_ring_members 2")
+	})
+	if resp, err := getInstance(t.Context(), a, name, nil); err != nil || resp.GetOwner() != "ctl-a" {
+		t.Fatalf("GetInstance = %v, %v; want owner ctl-a", resp, err)
+	}
+
+	// A dies: its process ends and its endpoint leaves the Service.
+	a.stop()
+	if err := e.core.DiscoveryV1().EndpointSlices(systemNS).Delete(t.Context(), "ctl-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	died := time.Now()
+	router := connectRouter(t, b, "skipper-system/router-d")
+	for {
+		router.report(name, 3, nil) // the router reports to the owner by its own view: now B
+		st, err := b.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fs := st.GetFunctions(); len(fs) == 1 && fs[0].GetDesired() == 3 {
+			break
+		}
+		if time.Since(died) > 2*interval {
+			t.Fatalf("B did not scale the function up within two intervals (%s) of the owner's death: %v", 2*interval, st.GetFunctions())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("B decided to scale up %s after A died", time.Since(died).Round(time.Millisecond))
+	eventually(t, "B's three instances", func() bool { return len(e.livePods(name)) == 3 })
+}
