@@ -6,10 +6,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -26,7 +24,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
-	"skipper.dev/skipper/controller/ring"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -550,28 +547,11 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
-	hostPort := func(l net.Listener) (string, int32) {
-		h, p, _ := net.SplitHostPort(l.Addr().String())
-		n, _ := strconv.Atoi(p)
-		return h, int32(n)
-	}
-	ha, pa := hostPort(la)
-	hb, pb := hostPort(lb)
-	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := ""
-	for i := range 1000 {
-		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == lb.Addr().String() {
-			name = n
-			break
-		}
-	}
+	name := functionOwnedBy(t, lb, la, lb)
 	fn := e.fnFor(name, "echo")
 	fn.Spec.Scaling.TargetInFlight = 1
 	fn.Spec.IdleTimeout = &metav1.Duration{Duration: time.Hour}
-	e.add(ctlSlice("ctl-a", pa, ha), poolDeploy("echo"), fn)
+	e.add(sliceOf("ctl-a", la), poolDeploy("echo"), fn)
 	for i := range 4 {
 		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
 	}
@@ -592,7 +572,7 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	})
 
 	// B joins and owns the function: A stops, B takes over.
-	e.add(ctlSlice("ctl-b", pb, hb))
+	e.add(sliceOf("ctl-b", lb))
 	var takeover time.Time
 	eventually(t, "status.owner ctl-b", func() bool {
 		takeover = time.Now()
@@ -646,27 +626,10 @@ func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
 func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
-	hostPort := func(l net.Listener) (string, int32) {
-		h, p, _ := net.SplitHostPort(l.Addr().String())
-		n, _ := strconv.Atoi(p)
-		return h, int32(n)
-	}
-	ha, pa := hostPort(la)
-	hb, pb := hostPort(lb)
-	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := ""
-	for i := range 1000 {
-		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == la.Addr().String() {
-			name = n
-			break
-		}
-	}
+	name := functionOwnedBy(t, la, la, lb)
 	fn := e.fnFor(name, "echo")
 	fn.Spec.Scaling.TargetInFlight = 1
-	e.add(ctlSlice("ctl-a", pa, ha), ctlSlice("ctl-b", pb, hb), poolDeploy("echo"), fn)
+	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb), poolDeploy("echo"), fn)
 	for i := range 4 {
 		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
 	}
