@@ -433,3 +433,47 @@ func TestControllerRestart(t *testing.T) {
 		t.Errorf("%d of %d warm requests failed while the owning controller restarted", failed, sent)
 	}
 }
+
+// TestOneshot: every request to a oneshot function is served by a fresh
+// instance the owner hands out (one GetInstance per request by design),
+// released by the router after the response and then deleted.
+func TestOneshot(t *testing.T) {
+	fn := createFunction(t, "once", map[string]any{"oneshot": true, "maxInstances": int64(3)})
+	gets := metric(t, getInstances, nil)
+	released := metric(t, "skipper_noderouter_release_instance_total", map[string]string{"result": "ok"})
+	const n = 3
+	seen := map[string]bool{}
+	for i := range n {
+		var uid string
+		// Each request claims a pool pod: give the pool time to refill.
+		eventually(t, 60*time.Second, fmt.Sprintf("oneshot request %d", i), func(ctx context.Context) (err error) {
+			_, uid, err = call(ctx, fn, "/")
+			return err
+		})
+		if seen[uid] {
+			t.Errorf("request %d served by %s, which already served one", i, uid)
+		}
+		seen[uid] = true
+	}
+	if d := metric(t, getInstances, nil) - gets; d < n {
+		t.Errorf("%v GetInstance calls for %d oneshot requests; want one each", d, n)
+	}
+	eventually(t, 10*time.Second, "every instance released", func(context.Context) error {
+		if d := metric(t, "skipper_noderouter_release_instance_total", map[string]string{"result": "ok"}) - released; d != n {
+			return fmt.Errorf("%v released", d)
+		}
+		return nil
+	})
+	eventually(t, 60*time.Second, "the used instances deleted", func(ctx context.Context) error {
+		pods, err := env.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if seen[string(p.UID)] && p.DeletionTimestamp == nil {
+				return fmt.Errorf("pod %s still runs", p.Name)
+			}
+		}
+		return nil
+	})
+}
