@@ -78,9 +78,9 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name: "every problem at once",
-			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud",
+			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--listen=:8380", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud",
 				"--negative-cache-ttl=2s", "--negative-cache-size=-1", "--max-attempts=0", "--retry-backoff-base=0s", "--retry-backoff-max=-1s", "--max-header-bytes=10", "--max-body-bytes=-1"},
-			wantErr: []string{"--node-name is required", "--pod-name is required", "sidecar is not implemented", "--cold-start-timeout 0s must be positive",
+			wantErr: []string{"--node-name is required", "--pod-name is required", "--listen :8380: a sidecar serves its own pod only", "--cold-start-timeout 0s must be positive",
 				`"nope"`, "--default-namespace", "--reconnect-max", "--log-level",
 				"--negative-cache-ttl 2s", "callable within 2s", "--negative-cache-size -1", "--max-attempts 0", "--retry-backoff-base 0s must be positive",
 				"--retry-backoff-max -1s is below", "--max-header-bytes 10", "--max-body-bytes -1"},
@@ -92,6 +92,35 @@ func TestParseConfig(t *testing.T) {
 			c.NegativeCacheTTL, c.NegativeCacheSize = 0, 0
 		}},
 		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
+		{
+			name: "sidecar defaults",
+			args: []string{"--mode=sidecar"},
+			want: func(c *Config) {
+				c.NodeName, c.PodName = "node-env", "router-env"
+				c.ColdStartTimeout = 3 * time.Second
+				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				c.Mode = ModeSidecar
+				c.Listen, c.AdminListen = SidecarListen, SidecarAdminListen
+				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
+			},
+		},
+		{
+			name: "sidecar with its own loopback port",
+			args: []string{"--mode=sidecar", "--listen=[::1]:9000"},
+			want: func(c *Config) {
+				c.NodeName, c.PodName = "node-env", "router-env"
+				c.ColdStartTimeout = 3 * time.Second
+				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				c.Mode = ModeSidecar
+				c.Listen, c.AdminListen = "[::1]:9000", SidecarAdminListen
+				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
+			},
+		},
+		{
+			name:    "sidecar takes no node-level part",
+			args:    []string{"--mode=sidecar", "--listen=198.18.1.9:8380", "--local-address=169.254.20.20", "--bpf=auto", "--bpf-vips=198.19.0.10:80"},
+			wantErr: []string{"--listen 198.18.1.9:8380: a sidecar serves its own pod only", "--local-address 169.254.20.20: the node-local address belongs to the DaemonSet", "--bpf=auto: BPF steering belongs to the DaemonSet"},
+		},
 		{
 			name: "bpf and local address flags",
 			args: []string{"--bpf=auto", "--bpf-vips=198.19.0.10:80, 198.19.0.11:80", "--bpf-cgroup=/sys/fs/cgroup/node2", "--bpf-pin-dir=/sys/fs/bpf/n2",
