@@ -36,6 +36,13 @@ func TestHelpGolden(t *testing.T) {
 	}
 }
 
+// fromEnv is what TestParseConfig's environment sets.
+func fromEnv(c *Config) {
+	c.NodeName, c.PodName = "node-env", "router-env"
+	c.ColdStartTimeout = 3 * time.Second
+	c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+}
+
 func TestParseConfig(t *testing.T) {
 	for _, k := range []string{"KUBECONFIG", "POD_NAMESPACE", "SKIPPER_NODE_NAME", "SKIPPER_LISTEN", "SKIPPER_DEFAULT_NAMESPACE",
 		"SKIPPER_BPF", "SKIPPER_BPF_CGROUP", "SKIPPER_BPF_PIN_DIR", "SKIPPER_BPF_MAX_AGE", "SKIPPER_LOCAL_ADDRESS", "SKIPPER_LOCAL_PORT"} {
@@ -53,12 +60,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{
 			name: "env fallbacks",
-			want: func(c *Config) {
-				c.NodeName = "node-env"
-				c.PodName = "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
-			},
+			want: fromEnv,
 		},
 		{
 			name: "flags win",
@@ -86,9 +88,7 @@ func TestParseConfig(t *testing.T) {
 				"--retry-backoff-max -1s is below", "--max-header-bytes 10", "--max-body-bytes -1"},
 		},
 		{name: "negative cache off", args: []string{"--negative-cache-ttl=0s", "--negative-cache-size=0"}, want: func(c *Config) {
-			c.NodeName, c.PodName = "node-env", "router-env"
-			c.ColdStartTimeout = 3 * time.Second
-			c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+			fromEnv(c)
 			c.NegativeCacheTTL, c.NegativeCacheSize = 0, 0
 		}},
 		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
@@ -96,9 +96,7 @@ func TestParseConfig(t *testing.T) {
 			name: "sidecar defaults",
 			args: []string{"--mode=sidecar"},
 			want: func(c *Config) {
-				c.NodeName, c.PodName = "node-env", "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				fromEnv(c)
 				c.Mode = ModeSidecar
 				c.Listen, c.AdminListen = SidecarListen, SidecarAdminListen
 				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
@@ -108,9 +106,7 @@ func TestParseConfig(t *testing.T) {
 			name: "sidecar with its own loopback port",
 			args: []string{"--mode=sidecar", "--listen=[::1]:9000"},
 			want: func(c *Config) {
-				c.NodeName, c.PodName = "node-env", "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				fromEnv(c)
 				c.Mode = ModeSidecar
 				c.Listen, c.AdminListen = "[::1]:9000", SidecarAdminListen
 				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
@@ -126,9 +122,7 @@ func TestParseConfig(t *testing.T) {
 			args: []string{"--bpf=auto", "--bpf-vips=198.19.0.10:80, 198.19.0.11:80", "--bpf-cgroup=/sys/fs/cgroup/node2", "--bpf-pin-dir=/sys/fs/bpf/n2",
 				"--bpf-max-age=1s", "--local-address=169.254.20.21", "--local-port=8080", "--local-address-interval=1s"},
 			want: func(c *Config) {
-				c.NodeName, c.PodName = "node-env", "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				fromEnv(c)
 				c.BPF, c.BPFVIPs, c.BPFCgroup, c.BPFPinDir, c.BPFMaxAge = BPFAuto, []string{"198.19.0.10:80", "198.19.0.11:80"}, "/sys/fs/cgroup/node2", "/sys/fs/bpf/n2", time.Second
 				c.LocalAddress, c.LocalPort, c.LocalAddressInterval = "169.254.20.21", 8080, time.Second
 			},
@@ -137,9 +131,7 @@ func TestParseConfig(t *testing.T) {
 			name: "local address off",
 			args: []string{"--local-address="},
 			want: func(c *Config) {
-				c.NodeName, c.PodName = "node-env", "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				fromEnv(c)
 				c.LocalAddress = ""
 			},
 		},
