@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/tests/linuxhost"
+	"skipper.dev/skipper/tests/nodeagent"
 )
 
 // repoRoot is the repository root, two levels above this package.
@@ -343,9 +344,9 @@ func TestClusterUpDown(t *testing.T) {
 }
 
 // checkPodIsolated checks that a running pod (want) has its own network
-// namespace, holding its IP on eth0 while the node's links do not, and its
-// cgroups named as the kubelet names them in every hierarchy; or that a
-// deleted pod (!want) left none of them.
+// namespace, holding its IP on eth0 while the node's links do not, a veth
+// on the node's bridge, and its cgroups named as the kubelet names them in
+// every hierarchy; or that a deleted pod (!want) left none of them.
 func checkPodIsolated(t *testing.T, cfg *Config, n int, p *corev1.Pod, want bool) {
 	t.Helper()
 	ns := cfg.Topology.Netns(n) + "-pod-" + string(p.UID)
@@ -354,9 +355,13 @@ func checkPodIsolated(t *testing.T, cfg *Config, n int, p *corev1.Pod, want bool
 		t.Fatal(err)
 	}
 	dirs := linuxhost.Dirs(hs, fmt.Sprintf("/%s/node%d/kubepods/besteffort/pod%s/%s", cfg.CgroupName, n, p.UID, p.Spec.Containers[0].Name))
+	veth, vethErr := exec.Command("ip", "-netns", cfg.Topology.Netns(n), "-o", "link", "show", "dev", nodeagent.VethName(p.UID)).CombinedOutput()
 	if !want {
 		if _, err := os.Stat(linuxhost.NetnsPath(ns)); err == nil {
 			t.Errorf("deleted pod %s: netns %s left", p.Name, ns)
+		}
+		if vethErr == nil {
+			t.Errorf("deleted pod %s: veth left in node %d: %s", p.Name, n, veth)
 		}
 		for _, d := range dirs {
 			if _, err := os.Stat(filepath.Dir(d)); err == nil {
@@ -364,6 +369,9 @@ func checkPodIsolated(t *testing.T, cfg *Config, n int, p *corev1.Pod, want bool
 			}
 		}
 		return
+	}
+	if vethErr != nil || !strings.Contains(string(veth), "master cbr0") {
+		t.Errorf("pod %s: veth %s not a port of cbr0 in node %d (%v): %s", p.Name, nodeagent.VethName(p.UID), n, vethErr, veth)
 	}
 	out, err := exec.Command("ip", "-netns", ns, "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), " "+p.Status.PodIP+"/24 ") {

@@ -38,8 +38,9 @@ func (n podNet) gateway() netip.Prefix {
 // Netns is the pod's network namespace name.
 func (n podNet) Netns(uid types.UID) string { return n.Prefix + string(uid) }
 
-// vethName is the node end of the pod's veth pair (15 bytes at most).
-func vethName(uid types.UID) string {
+// VethName is the node end of the pod's veth pair in the node's namespace
+// (15 bytes at most).
+func VethName(uid types.UID) string {
 	h := fnv.New32a()
 	h.Write([]byte(uid))
 	return fmt.Sprintf("veth%08x", h.Sum32())
@@ -159,7 +160,7 @@ func (n podNet) Add(uid types.UID, ip netip.Addr) (string, error) {
 	defer h.Close()
 
 	// A half-made pair (a crash between steps) is recreated, not repaired.
-	veth := vethName(uid)
+	veth := VethName(uid)
 	if old, err := netlink.LinkByName(veth); err == nil {
 		if err := netlink.LinkDel(old); err != nil {
 			return "", fmt.Errorf("delete stale %s: %w", veth, err)
@@ -219,7 +220,7 @@ func (n podNet) Add(uid types.UID, ip netip.Addr) (string, error) {
 // processes must be gone.
 func (n podNet) Del(uid types.UID) error {
 	var errs []error
-	if l, err := netlink.LinkByName(vethName(uid)); err == nil {
+	if l, err := netlink.LinkByName(VethName(uid)); err == nil {
 		if err := netlink.LinkDel(l); err != nil && !linuxhost.IsLinkNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete %s: %w", l.Attrs().Name, err))
 		}

@@ -152,7 +152,7 @@ func TestPodNetwork(t *testing.T) {
 		if err := pn.Del(uids[0]); err != nil { // again: nothing left is fine
 			return err
 		}
-		if _, err := netlink.LinkByName(vethName(uids[0])); err == nil {
+		if _, err := netlink.LinkByName(VethName(uids[0])); err == nil {
 			t.Errorf("veth of deleted pod %s left", uids[0])
 		}
 		return pn.Flush(slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -164,7 +164,7 @@ func TestPodNetwork(t *testing.T) {
 		t.Errorf("pod namespaces left: %v", names)
 	}
 	err = linuxhost.InNetns(node, func() error {
-		if _, err := netlink.LinkByName(vethName(uids[1])); err == nil {
+		if _, err := netlink.LinkByName(VethName(uids[1])); err == nil {
 			t.Errorf("veth of flushed pod %s left", uids[1])
 		}
 		return nil
