@@ -19,6 +19,7 @@ import (
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/noderouter/cgroup"
 )
 
 const namespace = "default" // the example pool echo lives here
@@ -476,4 +477,32 @@ func TestOneshot(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestInstanceCgroupsReadable: the router's cgroup reader finds the pods
+// the node agent runs on node1 (below --cgroup-root=/skipper, named as the
+// kubelet's cgroupfs driver names them) and reads their CPU and memory.
+func TestInstanceCgroupsReadable(t *testing.T) {
+	r, err := cgroup.Open("", "/skipper")
+	if err != nil {
+		t.Fatalf("open cgroups: %v", err)
+	}
+	pods, err := env.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{
+		LabelSelector: v1alpha1.LabelPool + "=echo", FieldSelector: "spec.nodeName=node1,status.phase=Running"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) == 0 {
+		t.Fatal("no running echo pod on node1")
+	}
+	for _, p := range pods.Items {
+		u, err := r.Read(string(p.UID), time.Now())
+		if err != nil {
+			t.Errorf("pod %s: %v", p.Name, err)
+			continue
+		}
+		if !u.HasCPU || !u.HasMemory || u.Memory == 0 || u.CPU == 0 {
+			t.Errorf("pod %s: %+v; want its CPU time and a working set", p.Name, u)
+		}
+	}
 }
