@@ -110,7 +110,7 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.rewrites, prometheus.CounterValue, float64(n.Rewrites))
 	ch <- prometheus.MustNewConstMetric(c.failOpens, prometheus.CounterValue, float64(n.FailOpens))
-	ch <- prometheus.MustNewConstMetric(c.redirect, prometheus.CounterValue, 0)
+	ch <- prometheus.MustNewConstMetric(c.redirect, prometheus.CounterValue, float64(n.Redirects))
 }
 
 func newMetrics(node string) *metrics {
