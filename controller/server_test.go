@@ -245,6 +245,35 @@ func ctlSlice(name string, port int32, addr string) *discoveryv1.EndpointSlice {
 	return s
 }
 
+// sliceOf is the controller Service's EndpointSlice for a replica
+// listening on l.
+func sliceOf(name string, l net.Listener) *discoveryv1.EndpointSlice {
+	h, p, _ := net.SplitHostPort(l.Addr().String())
+	n, _ := strconv.Atoi(p)
+	return ctlSlice(name, int32(n), h)
+}
+
+// functionOwnedBy returns a function name that the ring of members' addresses
+// gives to owner.
+func functionOwnedBy(t *testing.T, owner net.Listener, members ...net.Listener) string {
+	t.Helper()
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, m.Addr().String())
+	}
+	rg, err := ring.New(addrs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 1000 {
+		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == owner.Addr().String() {
+			return n
+		}
+	}
+	t.Fatal("no function name the ring gives to the owner")
+	return ""
+}
+
 // replica is one controller replica serving on loopback.
 type replica struct {
 	name     string
@@ -590,31 +619,11 @@ func TestGetInstanceErrors(t *testing.T) {
 func TestForwardsOnceToOwner(t *testing.T) {
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
-	port := func(l net.Listener) (string, int32) {
-		h, p, _ := net.SplitHostPort(l.Addr().String())
-		n, _ := strconv.Atoi(p)
-		return h, int32(n)
-	}
 	// Both replicas share 127.0.0.1, so each advertises its own port; the
 	// Service's slices carry one port each (one slice per port, as the
 	// EndpointSlice controller writes for distinct target ports).
-	ha, pa := port(la)
-	hb, pb := port(lb)
-	e.add(ctlSlice("ctl-a", pa, ha), ctlSlice("ctl-b", pb, hb))
-	members := []string{la.Addr().String(), lb.Addr().String()}
-	rg, err := ring.New(members)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A function B owns.
-	name := ""
-	for i := range 1000 {
-		n := fmt.Sprintf("fn-%d", i)
-		if rg.Owner("default/"+n) == lb.Addr().String() {
-			name = n
-			break
-		}
-	}
+	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb))
+	name := functionOwnedBy(t, lb, la, lb) // a function B owns
 	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
 	a := startReplica(t, e, "ctl-a", la, nil)
 	b := startReplica(t, e, "ctl-b", lb, nil)
@@ -865,26 +874,9 @@ func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
 func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
-	hostPort := func(l net.Listener) (string, int32) {
-		h, p, _ := net.SplitHostPort(l.Addr().String())
-		n, _ := strconv.Atoi(p)
-		return h, int32(n)
-	}
-	ha, pa := hostPort(la)
-	hb, pb := hostPort(lb)
-	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := ""
-	for i := range 1000 {
-		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == lb.Addr().String() {
-			name = n
-			break
-		}
-	}
+	name := functionOwnedBy(t, lb, la, lb)
 	// A alone in the ring owns everything.
-	e.add(ctlSlice("ctl-a", pa, ha), poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
+	e.add(sliceOf("ctl-a", la), poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
 	a := startReplica(t, e, "ctl-a", la, nil)
 	b := startReplica(t, e, "ctl-b", lb, nil)
 	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-m", Incarnation: "i1"}
@@ -909,7 +901,7 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 	}
 
 	// B joins; the function moves to B.
-	e.add(ctlSlice("ctl-b", pb, hb))
+	e.add(sliceOf("ctl-b", lb))
 	eventually(t, "A has forgotten the function", func() bool {
 		st, err := a.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
 		return err == nil && len(st.GetRingMembers()) == 2 && len(st.GetFunctions()) == 0

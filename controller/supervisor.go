@@ -34,11 +34,17 @@ type supervisor struct {
 	// done is closed when run returns.
 	done chan struct{}
 
-	mu     sync.Mutex // guards window and exhausted: reports and claims arrive on other goroutines
+	mu     sync.Mutex // guards window and the claim outcome: reports and claims arrive on other goroutines
 	window *scaling.Window
 	// exhausted says why the last claim found no pool pod; "" once a claim
 	// succeeds.
 	exhausted string
+	// failures counts claims failed in a row for another reason than an
+	// empty pool (the instance refused its assignment, the API failed);
+	// scale-up waits until retryAt, backing off exponentially, so a function
+	// whose instances never accept it does not churn through its pool.
+	failures int
+	retryAt  time.Time
 
 	// view is what the last tick decided, for GetState.
 	view atomic.Pointer[supervisorView]
@@ -187,14 +193,26 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 		return // shutting down
 	default:
 		c.event(fn, corev1.EventTypeWarning, "ClaimFailed", "%v", err)
+		if s != nil {
+			s.mu.Lock()
+			s.failures++
+			wait := min(c.cfg.ScaleInterval<<min(s.failures-1, 16), maxClaimBackoff)
+			s.retryAt = time.Now().Add(wait)
+			s.mu.Unlock()
+			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", s.failures, "retry_in", wait, "err", err)
+		}
 		return
 	}
 	if s != nil {
 		s.mu.Lock()
 		s.exhausted = msg
+		s.failures, s.retryAt = 0, time.Time{}
 		s.mu.Unlock()
 	}
 }
+
+// maxClaimBackoff bounds the scale-up back-off after failed claims.
+const maxClaimBackoff = time.Minute
 
 func (s *supervisor) run(ctx context.Context) {
 	defer close(s.done)
@@ -290,7 +308,8 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 	defer s.mu.Unlock()
 	s.instances, s.candidates = s.instances[:0], s.candidates[:0]
 	add := func(pod *corev1.Pod) {
-		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && now.Sub(claimedAt(pod)) >= c.cfg.OneshotLease) {
+		at := claimedAt(pod)
+		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && !at.IsZero() && now.Sub(at) >= c.cfg.OneshotLease) {
 			if _, draining := s.drains[pod.UID]; !draining {
 				p.retire = append(p.retire, pod)
 			}
@@ -307,7 +326,7 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 			p.notReady++
 		}
 		s.instances = append(s.instances, inst)
-		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: claimedAt(pod)})
+		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: at})
 	}
 	c.mu.Lock()
 	for _, pod := range pods {
@@ -374,7 +393,10 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 		c.event(fn, corev1.EventTypeWarning, "InstanceRetired", "instance %s retired: %s", pod.Name, reason)
 	}
 	d := p.decision
-	if p.portErr == nil && int(d.Instances) > p.current && !fn.Spec.Oneshot {
+	s.mu.Lock()
+	retryAt := s.retryAt
+	s.mu.Unlock()
+	if p.portErr == nil && int(d.Instances) > p.current && !fn.Spec.Oneshot && !now.Before(retryAt) {
 		c.scaleUp(fn, p.port, int(d.Instances))
 	}
 	if len(p.victims) > 0 {

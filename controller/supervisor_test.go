@@ -6,9 +6,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"net"
+	"net/http"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -25,7 +24,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
-	"skipper.dev/skipper/controller/ring"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -472,7 +470,7 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 	for i := range 4 {
 		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
 	}
-	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval, c.OneshotLease = 20*time.Millisecond, 2*time.Second })
 	routerA := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
 	routerB := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-b", Incarnation: "i1"}
 
@@ -525,6 +523,11 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), first.GetInstance().GetPod(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("released pod: err = %v, want NotFound", err)
 	}
+	// The instance its router never released goes at the lease's end.
+	eventuallyFor(t, 5*time.Second, "unreleased oneshot instance deleted after --oneshot-lease", func() bool {
+		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), second.GetInstance().GetPod(), metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
 	// The shared set of a oneshot function stays empty.
 	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"}})
 	if err != nil {
@@ -544,28 +547,11 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
-	hostPort := func(l net.Listener) (string, int32) {
-		h, p, _ := net.SplitHostPort(l.Addr().String())
-		n, _ := strconv.Atoi(p)
-		return h, int32(n)
-	}
-	ha, pa := hostPort(la)
-	hb, pb := hostPort(lb)
-	rg, err := ring.New([]string{la.Addr().String(), lb.Addr().String()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	name := ""
-	for i := range 1000 {
-		if n := fmt.Sprintf("fn-%d", i); rg.Owner("default/"+n) == lb.Addr().String() {
-			name = n
-			break
-		}
-	}
+	name := functionOwnedBy(t, lb, la, lb)
 	fn := e.fnFor(name, "echo")
 	fn.Spec.Scaling.TargetInFlight = 1
 	fn.Spec.IdleTimeout = &metav1.Duration{Duration: time.Hour}
-	e.add(ctlSlice("ctl-a", pa, ha), poolDeploy("echo"), fn)
+	e.add(sliceOf("ctl-a", la), poolDeploy("echo"), fn)
 	for i := range 4 {
 		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
 	}
@@ -586,7 +572,7 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	})
 
 	// B joins and owns the function: A stops, B takes over.
-	e.add(ctlSlice("ctl-b", pb, hb))
+	e.add(sliceOf("ctl-b", lb))
 	var takeover time.Time
 	eventually(t, "status.owner ctl-b", func() bool {
 		takeover = time.Now()
@@ -612,4 +598,75 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	if !slices.ContainsFunc(evs.Items, func(ev corev1.Event) bool { return ev.Reason == "OwnershipTaken" }) {
 		t.Error("no OwnershipTaken event")
 	}
+}
+
+// TestScaleUpBacksOffAfterFailedClaims: instances that refuse their
+// assignment are deleted, and the supervisor retries with exponential
+// back-off rather than on every tick.
+func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("broken", "echo")
+	fn.Spec.MinInstances = 1
+	e.add(poolDeploy("echo"), fn)
+	for i := range 20 {
+		e.add(poolPod(fmt.Sprintf("p%02d", i), "echo"))
+	}
+	e.failFn["default/broken"] = http.StatusInternalServerError
+	startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	time.Sleep(time.Second) // 50 ticks
+	// Back-off 20ms, 40ms, 80ms, ... : about 6 attempts in a second, not 50.
+	if n := len(e.assignRequests()); n < 2 || n > 10 {
+		t.Errorf("%d assign attempts in 1s of 20ms ticks, want a handful (back-off)", n)
+	}
+}
+
+// TestOwnerDeathScalingResumesWithinTwoIntervals: when the owning replica
+// dies (its endpoint leaves the Service), the next owner takes the function
+// over and acts on load within two scale intervals.
+func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
+	e := newTestEnv(t)
+	la, lb := listen(t), listen(t)
+	name := functionOwnedBy(t, la, la, lb)
+	fn := e.fnFor(name, "echo")
+	fn.Spec.Scaling.TargetInFlight = 1
+	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb), poolDeploy("echo"), fn)
+	for i := range 4 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+	const interval = 300 * time.Millisecond
+	cfg := func(c *Config) { c.ScaleInterval, c.StatusInterval = interval, 10*time.Millisecond }
+	a := startReplica(t, e, "ctl-a", la, cfg)
+	b := startReplica(t, e, "ctl-b", lb, cfg)
+	eventually(t, "both replicas see a two-member ring", func() bool {
+		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
+		_, mb := httpGetBody(t, b.httpAddr, "/metrics")
+		return containsLine(ma, "skipper_controller_ring_members 2") && containsLine(mb, "skipper_controller_ring_members 2")
+	})
+	if resp, err := getInstance(t.Context(), a, name, nil); err != nil || resp.GetOwner() != "ctl-a" {
+		t.Fatalf("GetInstance = %v, %v; want owner ctl-a", resp, err)
+	}
+
+	// A dies: its process ends and its endpoint leaves the Service.
+	a.stop()
+	if err := e.core.DiscoveryV1().EndpointSlices(systemNS).Delete(t.Context(), "ctl-a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	died := time.Now()
+	router := connectRouter(t, b, "skipper-system/router-d")
+	for {
+		router.report(name, 3, nil) // the router reports to the owner by its own view: now B
+		st, err := b.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fs := st.GetFunctions(); len(fs) == 1 && fs[0].GetDesired() == 3 {
+			break
+		}
+		if time.Since(died) > 2*interval {
+			t.Fatalf("B did not scale the function up within two intervals (%s) of the owner's death: %v", 2*interval, st.GetFunctions())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("B decided to scale up %s after A died", time.Since(died).Round(time.Millisecond))
+	eventually(t, "B's three instances", func() bool { return len(e.livePods(name)) == 3 })
 }

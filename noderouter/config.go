@@ -29,7 +29,9 @@ type Config struct {
 	Listen string
 	// AdminListen serves /metrics, /healthz and /readyz.
 	AdminListen string
-	// Mode is ModeDaemonSet or ModeSidecar (not implemented yet).
+	// Mode is ModeDaemonSet (one router per node, on the node's network)
+	// or ModeSidecar (a container in a caller's pod, serving that pod only
+	// on loopback: the same code path without the node-level parts).
 	Mode string
 
 	// NodeName, PodName and PodNamespace identify the router to controllers
@@ -216,7 +218,7 @@ func (c Config) Validate() error {
 	switch c.Mode {
 	case ModeDaemonSet:
 	case ModeSidecar:
-		errs = append(errs, errors.New("--mode=sidecar is not implemented yet; run --mode=daemonset"))
+		errs = append(errs, c.validateSidecar()...)
 	default:
 		errs = append(errs, fmt.Errorf("--mode %q: want %s or %s", c.Mode, ModeDaemonSet, ModeSidecar))
 	}
@@ -282,6 +284,57 @@ func (c Config) Validate() error {
 	}
 	errs = append(errs, c.validateSteering()...)
 	return errors.Join(errs...)
+}
+
+// Sidecar defaults (applyModeDefaults) for the flags that differ from a
+// DaemonSet's.
+const (
+	SidecarListen      = "127.0.0.1:8380"
+	SidecarAdminListen = "127.0.0.1:8381"
+)
+
+// validateSidecar checks what a sidecar may not do: serve other pods, or
+// touch the node (its address, BPF steering).
+func (c Config) validateSidecar() []error {
+	var errs []error
+	if host, _, err := net.SplitHostPort(c.Listen); err == nil && !isLoopback(host) {
+		errs = append(errs, fmt.Errorf("--listen %s: a sidecar serves its own pod only: want a loopback address such as %s", c.Listen, SidecarListen))
+	}
+	if c.LocalAddress != "" {
+		errs = append(errs, fmt.Errorf("--local-address %s: the node-local address belongs to the DaemonSet router; a sidecar runs with --local-address=", c.LocalAddress))
+	}
+	if c.BPF != BPFOff {
+		errs = append(errs, fmt.Errorf("--bpf=%s: BPF steering belongs to the DaemonSet router; a sidecar runs with --bpf=off", c.BPF))
+	}
+	return errs
+}
+
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
+}
+
+// applyModeDefaults gives a sidecar its own defaults for the flags that
+// were not set (by flag or environment): loopback listeners, no node-local
+// address, no BPF steering, no cgroup reading (its pod cannot see the
+// node's cgroups).
+func (c *Config) applyModeDefaults(set map[string]bool) {
+	if c.Mode != ModeSidecar {
+		return
+	}
+	def := func(p *string, name, v string) {
+		if !set[name] {
+			*p = v
+		}
+	}
+	def(&c.Listen, "listen", SidecarListen)
+	def(&c.AdminListen, "admin-listen", SidecarAdminListen)
+	def(&c.LocalAddress, "local-address", "")
+	def(&c.BPF, "bpf", BPFOff)
+	def(&c.CgroupRoot, "cgroup-root", "")
 }
 
 func (c Config) validateSteering() []error {
@@ -390,7 +443,7 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	}
 	str(&c.Listen, "listen", "data-plane address; the DaemonSet passes $(HOST_IP):8380")
 	str(&c.AdminListen, "admin-listen", "address of /metrics, /healthz and /readyz; the DaemonSet passes $(HOST_IP):8381")
-	str(&c.Mode, "mode", "daemonset (one router per node) or sidecar (not implemented yet)")
+	str(&c.Mode, "mode", "daemonset (one router per node) or sidecar (in the caller's pod: --listen and --admin-listen default to 127.0.0.1:8380/8381 and must be loopback, no --local-address, --bpf=off, no cgroup reading)")
 	str(&c.NodeName, "node-name", "node this router serves (downward API spec.nodeName); labels metrics, identifies the router", "NODE_NAME")
 	str(&c.PodName, "pod-name", "router pod's name (downward API metadata.name); required: controllers key the router's stream by it", "POD_NAME")
 	str(&c.PodNamespace, "pod-namespace", "router pod's namespace (downward API metadata.namespace)", "POD_NAMESPACE")
@@ -450,12 +503,14 @@ func ParseConfig(args []string, w io.Writer) (Config, error) {
 	c := DefaultConfig()
 	fs, env := c.flagSet()
 	var errs []error
+	set := map[string]bool{} // by flag or environment
 	fs.VisitAll(func(f *flag.Flag) {
 		for _, e := range env[f.Name] {
 			if v, ok := os.LookupEnv(e); ok && v != "" {
 				if err := f.Value.Set(v); err != nil {
 					errs = append(errs, fmt.Errorf("env %s=%q: %w", e, v, err))
 				}
+				set[f.Name] = true
 				return
 			}
 		}
@@ -467,6 +522,8 @@ func ParseConfig(args []string, w io.Writer) (Config, error) {
 		}
 		return c, err
 	}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	c.applyModeDefaults(set)
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
 	}

@@ -36,6 +36,13 @@ func TestHelpGolden(t *testing.T) {
 	}
 }
 
+// fromEnv is what TestParseConfig's environment sets.
+func fromEnv(c *Config) {
+	c.NodeName, c.PodName = "node-env", "router-env"
+	c.ColdStartTimeout = 3 * time.Second
+	c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+}
+
 func TestParseConfig(t *testing.T) {
 	for _, k := range []string{"KUBECONFIG", "POD_NAMESPACE", "SKIPPER_NODE_NAME", "SKIPPER_LISTEN", "SKIPPER_DEFAULT_NAMESPACE",
 		"SKIPPER_BPF", "SKIPPER_BPF_CGROUP", "SKIPPER_BPF_PIN_DIR", "SKIPPER_BPF_MAX_AGE", "SKIPPER_LOCAL_ADDRESS", "SKIPPER_LOCAL_PORT"} {
@@ -53,12 +60,7 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{
 			name: "env fallbacks",
-			want: func(c *Config) {
-				c.NodeName = "node-env"
-				c.PodName = "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
-			},
+			want: fromEnv,
 		},
 		{
 			name: "flags win",
@@ -78,28 +80,49 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			name: "every problem at once",
-			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud",
+			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--listen=:8380", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud",
 				"--negative-cache-ttl=2s", "--negative-cache-size=-1", "--max-attempts=0", "--retry-backoff-base=0s", "--retry-backoff-max=-1s", "--max-header-bytes=10", "--max-body-bytes=-1"},
-			wantErr: []string{"--node-name is required", "--pod-name is required", "sidecar is not implemented", "--cold-start-timeout 0s must be positive",
+			wantErr: []string{"--node-name is required", "--pod-name is required", "--listen :8380: a sidecar serves its own pod only", "--cold-start-timeout 0s must be positive",
 				`"nope"`, "--default-namespace", "--reconnect-max", "--log-level",
 				"--negative-cache-ttl 2s", "callable within 2s", "--negative-cache-size -1", "--max-attempts 0", "--retry-backoff-base 0s must be positive",
 				"--retry-backoff-max -1s is below", "--max-header-bytes 10", "--max-body-bytes -1"},
 		},
 		{name: "negative cache off", args: []string{"--negative-cache-ttl=0s", "--negative-cache-size=0"}, want: func(c *Config) {
-			c.NodeName, c.PodName = "node-env", "router-env"
-			c.ColdStartTimeout = 3 * time.Second
-			c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+			fromEnv(c)
 			c.NegativeCacheTTL, c.NegativeCacheSize = 0, 0
 		}},
 		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
+		{
+			name: "sidecar defaults",
+			args: []string{"--mode=sidecar"},
+			want: func(c *Config) {
+				fromEnv(c)
+				c.Mode = ModeSidecar
+				c.Listen, c.AdminListen = SidecarListen, SidecarAdminListen
+				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
+			},
+		},
+		{
+			name: "sidecar with its own loopback port",
+			args: []string{"--mode=sidecar", "--listen=[::1]:9000"},
+			want: func(c *Config) {
+				fromEnv(c)
+				c.Mode = ModeSidecar
+				c.Listen, c.AdminListen = "[::1]:9000", SidecarAdminListen
+				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
+			},
+		},
+		{
+			name:    "sidecar takes no node-level part",
+			args:    []string{"--mode=sidecar", "--listen=198.18.1.9:8380", "--local-address=169.254.20.20", "--bpf=auto", "--bpf-vips=198.19.0.10:80"},
+			wantErr: []string{"--listen 198.18.1.9:8380: a sidecar serves its own pod only", "--local-address 169.254.20.20: the node-local address belongs to the DaemonSet", "--bpf=auto: BPF steering belongs to the DaemonSet"},
+		},
 		{
 			name: "bpf and local address flags",
 			args: []string{"--bpf=auto", "--bpf-vips=198.19.0.10:80, 198.19.0.11:80", "--bpf-cgroup=/sys/fs/cgroup/node2", "--bpf-pin-dir=/sys/fs/bpf/n2",
 				"--bpf-max-age=1s", "--local-address=169.254.20.21", "--local-port=8080", "--local-address-interval=1s"},
 			want: func(c *Config) {
-				c.NodeName, c.PodName = "node-env", "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				fromEnv(c)
 				c.BPF, c.BPFVIPs, c.BPFCgroup, c.BPFPinDir, c.BPFMaxAge = BPFAuto, []string{"198.19.0.10:80", "198.19.0.11:80"}, "/sys/fs/cgroup/node2", "/sys/fs/bpf/n2", time.Second
 				c.LocalAddress, c.LocalPort, c.LocalAddressInterval = "169.254.20.21", 8080, time.Second
 			},
@@ -108,9 +131,7 @@ func TestParseConfig(t *testing.T) {
 			name: "local address off",
 			args: []string{"--local-address="},
 			want: func(c *Config) {
-				c.NodeName, c.PodName = "node-env", "router-env"
-				c.ColdStartTimeout = 3 * time.Second
-				c.ControllerAddresses = []string{"198.18.1.5:9090", "198.18.1.6:9090"}
+				fromEnv(c)
 				c.LocalAddress = ""
 			},
 		},

@@ -112,7 +112,14 @@
 // memory_bytes (working set) per instance. Instances on other nodes, or
 // whose cgroup is not found, are reported without them.
 //
-// Not yet (issue 4): sidecar mode. Not yet (issue
+// Modes: --mode=daemonset (one router per node, hostNetwork) or
+// --mode=sidecar (a container in a caller's pod): one code path; a sidecar
+// listens on loopback only (--listen/--admin-listen default to
+// 127.0.0.1:8380/8381 and must be loopback), keeps no node-local address,
+// runs --bpf=off and reads no cgroups, and says mode "sidecar" in its
+// Hello.
+//
+// Not yet (issue
 // 6): discovering --bpf-vips from the skipper Service, sk_msg redirection
 // (skipper_noderouter_bpf_redirects_total stays 0), using
 // bpf.OriginalDestination in the proxy.

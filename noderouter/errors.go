@@ -115,12 +115,15 @@ func upstreamAnswer(err error) answer {
 	switch {
 	case errors.As(err, &tooLarge):
 		return tooLargeAnswer(tooLarge.Limit)
+	case isDialError(err):
+		// Before the context cases: a dial timeout matches
+		// context.DeadlineExceeded. The request's own context errors come
+		// here bare (ServeHTTP substitutes them).
+		return answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances, msg: err.Error(), retryAfter: true, known: true}
 	case errors.Is(err, context.Canceled):
 		return answer{status: StatusClientClosed, reason: reasonClientClosed, msg: "caller went away", known: true}
 	case errors.Is(err, context.DeadlineExceeded):
 		return answer{status: http.StatusGatewayTimeout, reason: reasonUpstreamTimeout, msg: "the instance did not answer within the request timeout", known: true}
-	case isDialError(err):
-		return answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances, msg: err.Error(), retryAfter: true, known: true}
 	default:
 		return answer{status: http.StatusBadGateway, reason: reasonUpstreamError, msg: err.Error(), known: true}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -51,6 +52,7 @@ func TestUpstreamAnswer(t *testing.T) {
 		wantReason string
 	}{
 		{"dial", fmt.Errorf("proxy: %w", dial), http.StatusServiceUnavailable, reasonNoInstances},
+		{"dial timeout", &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}, http.StatusServiceUnavailable, reasonNoInstances},
 		{"timeout", context.DeadlineExceeded, http.StatusGatewayTimeout, reasonUpstreamTimeout},
 		{"caller gone", context.Canceled, StatusClientClosed, reasonClientClosed},
 		{"reset", &net.OpError{Op: "read", Err: errors.New("connection reset")}, http.StatusBadGateway, reasonUpstreamError},

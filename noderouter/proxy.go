@@ -264,7 +264,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if at.err == nil {
 			break
 		}
-		f := classify(at.err)
+		if ctx.Err() != nil {
+			// The caller went away or the request timed out: answer for
+			// that (499/504), whatever the transport made of it.
+			at.err = ctx.Err()
+		}
+		f := classify(at.err, ctx.Err() != nil)
 		if f == failDial && !oneshot {
 			// The instance is gone (or never was): evict it, retried or not.
 			// A broken connection is not enough: the instance may be alive.

@@ -35,13 +35,21 @@ const (
 const errServerClosedIdle = "http: server closed idle connection"
 
 // classify sorts a transport error of an attempt that got no response.
-func classify(err error) failure {
+// reqDone says the request's own context (caller gone, request timeout)
+// had ended: then nothing is retried and no instance is blamed. A dial that
+// timed out is a dial failure although its error matches
+// context.DeadlineExceeded (net's timeout error does): an instance whose
+// address went away (its network namespace removed) drops the SYN instead
+// of refusing it.
+func classify(err error, reqDone bool) failure {
 	var tooLarge *http.MaxBytesError
 	switch {
-	case err == nil, errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), errors.As(err, &tooLarge):
+	case err == nil, reqDone, errors.As(err, &tooLarge):
 		return failOther
 	case isDialError(err):
 		return failDial
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return failOther
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EPIPE),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), err.Error() == errServerClosedIdle:
 		return failConn

@@ -69,28 +69,40 @@ func TestSleepRespectsCancellation(t *testing.T) {
 
 func TestClassify(t *testing.T) {
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	// What net returns for a dial whose Dialer.Timeout passed (a dropped
+	// SYN): it matches context.DeadlineExceeded.
+	ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+	defer cancel()
+	_, dialTimeout := (&net.Dialer{}).DialContext(ctx, "tcp", "127.0.0.1:1")
+	if !isDialError(dialTimeout) || !errors.Is(dialTimeout, context.DeadlineExceeded) {
+		t.Fatalf("dial past its deadline: %#v", dialTimeout)
+	}
 	tests := []struct {
-		name string
-		err  error
-		want failure
+		name    string
+		err     error
+		reqDone bool
+		want    failure
 	}{
-		{"dial refused", fmt.Errorf("proxy: %w", dial), failDial},
-		{"dial timeout", &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}, failDial},
-		{"reset", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, failConn},
-		{"broken pipe", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}, failConn},
-		{"eof before a response", fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", io.EOF), failConn},
-		{"unexpected eof", io.ErrUnexpectedEOF, failConn},
-		{"server closed idle connection", errors.New("http: server closed idle connection"), failConn},
-		{"caller gone", context.Canceled, failOther},
-		{"dial cancelled by the caller", &net.OpError{Op: "dial", Err: context.Canceled}, failOther},
-		{"request timeout", context.DeadlineExceeded, failOther},
-		{"body too large", &http.MaxBytesError{Limit: 10}, failOther},
-		{"malformed response", errors.New(`net/http: HTTP/1.x transport: malformed HTTP response "x"`), failOther},
+		{"dial refused", fmt.Errorf("proxy: %w", dial), false, failDial},
+		{"dial timeout", &net.OpError{Op: "dial", Err: os.ErrDeadlineExceeded}, false, failDial},
+		{"dial timeout as net returns it", dialTimeout, false, failDial},
+		{"reset", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, false, failConn},
+		{"broken pipe", &net.OpError{Op: "write", Err: os.NewSyscallError("write", syscall.EPIPE)}, false, failConn},
+		{"eof before a response", fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", io.EOF), false, failConn},
+		{"unexpected eof", io.ErrUnexpectedEOF, false, failConn},
+		{"server closed idle connection", errors.New("http: server closed idle connection"), false, failConn},
+		{"caller gone", context.Canceled, true, failOther},
+		{"dial cancelled by the caller", &net.OpError{Op: "dial", Err: context.Canceled}, true, failOther},
+		{"dial cut by the request timeout", dialTimeout, true, failOther},
+		{"request timeout", context.DeadlineExceeded, true, failOther},
+		{"reset as the caller left", &net.OpError{Op: "read", Err: os.NewSyscallError("read", syscall.ECONNRESET)}, true, failOther},
+		{"body too large", &http.MaxBytesError{Limit: 10}, false, failOther},
+		{"malformed response", errors.New(`net/http: HTTP/1.x transport: malformed HTTP response "x"`), false, failOther},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := classify(tt.err); got != tt.want {
-				t.Errorf("classify(%v) = %v, want %v", tt.err, got, tt.want)
+			if got := classify(tt.err, tt.reqDone); got != tt.want {
+				t.Errorf("classify(%v, %v) = %v, want %v", tt.err, tt.reqDone, got, tt.want)
 			}
 		})
 	}

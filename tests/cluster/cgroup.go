@@ -3,6 +3,7 @@ package cluster
 import (
 	"errors"
 	"path"
+	"path/filepath"
 	"time"
 
 	"skipper.dev/skipper/tests/linuxhost"
@@ -31,13 +32,20 @@ func FindCgroups(name string) (Cgroups, error) {
 // NodeRel is node n's cgroup relative to each hierarchy's root, e.g. /skipper/node1.
 func (c Cgroups) NodeRel(n int) string { return path.Join("/", c.Name, NodeName(n)) }
 
-// Node is node n's cgroup2 directory (the agent runs there; BPF attaches there).
+// Node is node n's cgroup2 directory: the node agent makes its pods'
+// cgroups under it, BPF programs attach there.
 func (c Cgroups) Node(n int) string { return linuxhost.Dirs(c.Hier[:1], c.NodeRel(n))[0] }
 
-// Ensure creates node 1..nodes' cgroups in every hierarchy (existing ones kept).
+// System is the cgroup2 leaf under node n's cgroup where its node agent and
+// kube-proxy run (the kubelet's system.slice): the node's cgroup itself
+// holds no process, so cgroup2 lets it hand controllers down to the pods'.
+func (c Cgroups) System(n int) string { return filepath.Join(c.Node(n), "system") }
+
+// Ensure creates node 1..nodes' cgroups in every hierarchy and their
+// system leaves (existing ones kept).
 func (c Cgroups) Ensure(nodes int) error {
 	for n := 1; n <= nodes; n++ {
-		if err := linuxhost.MakeDirs(linuxhost.Dirs(c.Hier, c.NodeRel(n))); err != nil {
+		if err := linuxhost.MakeDirs(append(linuxhost.Dirs(c.Hier, c.NodeRel(n)), c.System(n))); err != nil {
 			return err
 		}
 	}

@@ -134,7 +134,7 @@ func (c *Config) nodeAgentSpec(n int, cg Cgroups) ProcSpec {
 	spec := ProcSpec{Name: "skipper-nodeagent-" + node, Path: filepath.Join(c.BinDir, "skipper-nodeagent"),
 		Args: args, Netns: c.Topology.Netns(n)}
 	if len(cg.Hier) > 0 {
-		spec.Cgroup = cg.Node(n)
+		spec.Cgroup = cg.System(n)
 		spec.Args = append(spec.Args, "--cgroup="+cg.Node(n))
 	}
 	return spec
@@ -172,7 +172,7 @@ func (c *Config) kubeProxySpec(n int, cg Cgroups) ProcSpec {
 		spec.Env = append(spec.Env, kv)
 	}
 	if len(cg.Hier) > 0 {
-		spec.Cgroup = cg.Node(n)
+		spec.Cgroup = cg.System(n)
 	}
 	return spec
 }

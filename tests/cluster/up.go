@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -484,8 +485,17 @@ func (c *cluster) supervise(ctx context.Context) error {
 
 // teardown stops the children (node agents first, etcd last) and sweeps.
 func (c *cluster) teardown() error {
+	// The nodes first and all at once (each node agent stops its pods
+	// within their grace), then the control plane in reverse start order.
+	var wg sync.WaitGroup
+	for _, p := range c.procs {
+		if stopRank(p.Name) == 0 {
+			wg.Go(func() { p.stop(c.cfg.StopTimeout) })
+		}
+	}
+	wg.Wait()
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop(c.cfg.StopTimeout)
+		c.procs[i].stop(c.cfg.StopTimeout) // a no-op for the stopped
 	}
 	return c.cfg.sweep(c.log)
 }

@@ -263,3 +263,217 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 		t.Errorf("retries_total rose by %v during the scale-down", d)
 	}
 }
+
+// TestInstanceKilledMidLoadLosesNoIdempotentRequest kills one of two
+// instances (its pod deleted with no grace period: the process dies at
+// once) under concurrent GET load with requests in flight on it: every
+// request still succeeds, retried on the other instance.
+func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
+	fn := createFunction(t, "kill", map[string]any{"minInstances": int64(2), "maxInstances": int64(2)})
+	seen := map[string]bool{}
+	eventually(t, 60*time.Second, "both instances answering", func(ctx context.Context) error {
+		_, uid, err := call(ctx, fn, "/")
+		if err != nil {
+			return err
+		}
+		seen[uid] = true
+		if len(seen) < 2 {
+			return fmt.Errorf("answered by %d instance(s)", len(seen))
+		}
+		return nil
+	})
+	pods, err := env.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("list instances: %v (%d)", err, len(pods.Items))
+	}
+	victim := pods.Items[0]
+
+	const workers = 8
+	ctx, stop := context.WithCancel(t.Context())
+	var load sync.WaitGroup
+	var mu sync.Mutex
+	var sent, failed int
+	var victimAnswers int
+	for range workers {
+		load.Go(func() {
+			for ctx.Err() == nil {
+				_, uid, err := call(ctx, fn, "/?sleep=100ms")
+				if ctx.Err() != nil {
+					return
+				}
+				mu.Lock()
+				sent++
+				if err != nil {
+					failed++
+					t.Logf("request failed: %v", err)
+				}
+				if uid == string(victim.UID) {
+					victimAnswers++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	defer func() {
+		stop()
+		load.Wait()
+	}()
+	// Kill while requests are in flight on the victim.
+	eventually(t, 10*time.Second, "the victim serving under load", func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if victimAnswers < workers {
+			return fmt.Errorf("%d answers from the victim", victimAnswers)
+		}
+		return nil
+	})
+	retries := metric(t, "skipper_noderouter_retries_total", nil)
+	zero := int64(0)
+	if err := env.kube.CoreV1().Pods(namespace).Delete(t.Context(), victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		t.Fatalf("kill %s: %v", victim.Name, err)
+	}
+	time.Sleep(3 * time.Second) // load across the death and the controller's reaction
+	stop()
+	load.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("%d GET requests, %d retries by the router around the kill", sent, int(metric(t, "skipper_noderouter_retries_total", nil)-retries))
+	if failed > 0 {
+		t.Errorf("%d of %d idempotent requests failed when an instance was killed", failed, sent)
+	}
+}
+
+// TestControllerRestart deletes the controller replica that owns a warm
+// function: requests keep being served from the cache throughout, the
+// function gets a new owner, and the router's reports for it reach that
+// owner over a stream of its own.
+func TestControllerRestart(t *testing.T) {
+	fn := createFunction(t, "restart", map[string]any{"maxInstances": int64(1)})
+	eventually(t, 30*time.Second, "the cold call", func(ctx context.Context) error {
+		_, _, err := call(ctx, fn, "/")
+		return err
+	})
+	fns := env.dyn.Resource(v1alpha1.Resource).Namespace(namespace)
+	owner := func(ctx context.Context) (string, error) {
+		f, err := fns.Get(ctx, fn, metav1.GetOptions{})
+		if err != nil {
+			return "", err
+		}
+		o, _, _ := unstructured.NestedString(f.Object, "status", "owner")
+		return o, nil
+	}
+	old, err := owner(t.Context())
+	if err != nil || old == "" {
+		t.Fatalf("owner %q: %v", old, err)
+	}
+
+	ctx, stop := context.WithCancel(t.Context())
+	var load sync.WaitGroup
+	var mu sync.Mutex
+	var sent, failed int
+	load.Go(func() {
+		for ctx.Err() == nil {
+			_, _, err := call(ctx, fn, "/")
+			if ctx.Err() != nil {
+				return
+			}
+			mu.Lock()
+			sent++
+			if err != nil {
+				failed++
+				t.Logf("request failed: %v", err)
+			}
+			mu.Unlock()
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	defer func() {
+		stop()
+		load.Wait()
+	}()
+
+	if err := env.kube.CoreV1().Pods("skipper-system").Delete(t.Context(), old, metav1.DeleteOptions{}); err != nil {
+		t.Fatalf("delete controller %s: %v", old, err)
+	}
+	var next string
+	eventually(t, 90*time.Second, "a new owner", func(ctx context.Context) (err error) {
+		if next, err = owner(ctx); err != nil {
+			return err
+		}
+		if next == "" || next == old {
+			return fmt.Errorf("owner is %q", next)
+		}
+		return nil
+	})
+	p, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), next, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := p.Status.PodIP + ":9090"
+	batches := func() float64 {
+		return metric(t, "skipper_noderouter_heartbeat_batches_total", map[string]string{"controller": addr})
+	}
+	var first float64
+	eventually(t, 60*time.Second, "reports to the new owner "+next+" at "+addr, func(context.Context) error {
+		b := batches()
+		if first == 0 {
+			first = b
+		}
+		if b <= first {
+			return fmt.Errorf("%v report batches to %s", b, addr)
+		}
+		return nil
+	})
+	stop()
+	load.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("owner %s → %s; %d requests during the restart", old, next, sent)
+	if failed > 0 {
+		t.Errorf("%d of %d warm requests failed while the owning controller restarted", failed, sent)
+	}
+}
+
+// TestOneshot: every request to a oneshot function is served by a fresh
+// instance the owner hands out (one GetInstance per request by design),
+// released by the router after the response and then deleted.
+func TestOneshot(t *testing.T) {
+	fn := createFunction(t, "once", map[string]any{"oneshot": true, "maxInstances": int64(3)})
+	gets := metric(t, getInstances, nil)
+	released := metric(t, "skipper_noderouter_release_instance_total", map[string]string{"result": "ok"})
+	const n = 3
+	seen := map[string]bool{}
+	for i := range n {
+		var uid string
+		// Each request claims a pool pod: give the pool time to refill.
+		eventually(t, 60*time.Second, fmt.Sprintf("oneshot request %d", i), func(ctx context.Context) (err error) {
+			_, uid, err = call(ctx, fn, "/")
+			return err
+		})
+		if seen[uid] {
+			t.Errorf("request %d served by %s, which already served one", i, uid)
+		}
+		seen[uid] = true
+	}
+	if d := metric(t, getInstances, nil) - gets; d < n {
+		t.Errorf("%v GetInstance calls for %d oneshot requests; want one each", d, n)
+	}
+	eventually(t, 10*time.Second, "every instance released", func(context.Context) error {
+		if d := metric(t, "skipper_noderouter_release_instance_total", map[string]string{"result": "ok"}) - released; d != n {
+			return fmt.Errorf("%v released", d)
+		}
+		return nil
+	})
+	eventually(t, 60*time.Second, "the used instances deleted", func(ctx context.Context) error {
+		pods, err := env.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if seen[string(p.UID)] && p.DeletionTimestamp == nil {
+				return fmt.Errorf("pod %s still runs", p.Name)
+			}
+		}
+		return nil
+	})
+}

@@ -231,3 +231,35 @@ func writeExisting(path, value string) error {
 	_, err = f.WriteString(value)
 	return errors.Join(err, f.Close())
 }
+
+// EnableControllers makes those of want that the cgroup2 hierarchy mounted
+// at mount offers available in the cgroup rel (relative to mount): it adds
+// them to the subtree_control of every ancestor of rel below the root (the
+// root is the machine's and left alone). An ancestor holding processes
+// refuses (cgroup2's no-internal-processes rule), so whatever runs beside
+// the cgroups it enables must sit in a leaf of its own. On a hybrid machine
+// whose cgroup2 hierarchy offers none of want, it does nothing.
+func EnableControllers(mount, rel string, want []string) error {
+	parts := strings.Split(strings.Trim(filepath.ToSlash(rel), "/"), "/")
+	dir := mount
+	for _, p := range parts[:len(parts)-1] {
+		dir = filepath.Join(dir, p)
+		data, err := os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+		if err != nil {
+			return fmt.Errorf("cgroup %s: %w", dir, err)
+		}
+		var add []string
+		for _, c := range strings.Fields(string(data)) {
+			if slices.Contains(want, c) {
+				add = append(add, "+"+c)
+			}
+		}
+		if len(add) == 0 {
+			return nil // not offered here, so not below either
+		}
+		if err := writeExisting(filepath.Join(dir, "cgroup.subtree_control"), strings.Join(add, " ")); err != nil {
+			return fmt.Errorf("enable %v in cgroup %s: %w", add, dir, err)
+		}
+	}
+	return nil
+}

@@ -3,7 +3,12 @@ package linuxhost
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -61,5 +66,89 @@ func TestDirs(t *testing.T) {
 	want := []string{"/sys/fs/cgroup/unified/skipper/node1", "/sys/fs/cgroup/memory/skipper/node1"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestEnableControllers enables a controller the machine's cgroup2 root
+// delegates down a fresh test subtree (never touching the root itself).
+func TestEnableControllers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: cgroups")
+	}
+	mount, err := Cgroup2Mount()
+	if err != nil {
+		t.Skipf("no cgroup2: %v", err)
+	}
+	// What the root hands its children is what a subtree can enable.
+	data, _ := os.ReadFile(filepath.Join(mount, "cgroup.subtree_control"))
+	offered := strings.Fields(string(data))
+	if len(offered) == 0 {
+		t.Skip("the cgroup2 root delegates no controllers on this machine (hybrid: they are on v1)")
+	}
+	want := offered[:1]
+	rel := fmt.Sprintf("/sktest-%d/a/b", os.Getpid())
+	t.Cleanup(func() {
+		if err := RemoveTree(filepath.Join(mount, fmt.Sprintf("sktest-%d", os.Getpid())), 5*time.Second); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := MakeDirs([]string{filepath.Join(mount, rel)}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // idempotent
+		if err := EnableControllers(mount, rel, append([]string{"no-such-controller"}, want...)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ := os.ReadFile(filepath.Join(mount, rel, "cgroup.controllers"))
+	if diff := cmp.Diff(want, strings.Fields(string(got))); diff != "" {
+		t.Errorf("controllers of %s (-want +got):\n%s", rel, diff)
+	}
+	root, _ := os.ReadFile(filepath.Join(mount, "cgroup.subtree_control"))
+	t.Logf("root subtree_control (left alone): %q", root)
+}
+
+// TestEnableControllersWrites runs EnableControllers on a fake hierarchy of
+// plain files: what each level offers of want is written to its
+// subtree_control, down to the cgroup's parent, and nothing below a level
+// that offers none of it.
+func TestEnableControllersWrites(t *testing.T) {
+	root := t.TempDir()
+	files := map[string]string{
+		"a/cgroup.controllers":       "cpuset cpu io memory pids",
+		"a/b/cgroup.controllers":     "cpu memory",
+		"a/b/c/cgroup.controllers":   "",
+		"x/cgroup.controllers":       "io",
+		"x/y/cgroup.controllers":     "cpu",
+		"a/cgroup.subtree_control":   "",
+		"a/b/cgroup.subtree_control": "",
+		"x/cgroup.subtree_control":   "",
+		"x/y/cgroup.subtree_control": "",
+	}
+	for name, data := range files {
+		if err := os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := EnableControllers(root, "/a/b/c/d", PodControllers); err != nil {
+		t.Fatal(err)
+	}
+	if err := EnableControllers(root, "/x/y/z", PodControllers); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, name := range []string{"a", "a/b", "x", "x/y"} {
+		data, _ := os.ReadFile(filepath.Join(root, name, "cgroup.subtree_control"))
+		got[name] = string(data)
+	}
+	want := map[string]string{"a": "+cpu +memory +pids", "a/b": "+cpu +memory", "x": "", "x/y": ""}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("subtree_control (-want +got):\n%s", diff)
+	}
+	if err := EnableControllers(root, "/missing/c", PodControllers); err == nil {
+		t.Error("a missing ancestor: want an error")
 	}
 }

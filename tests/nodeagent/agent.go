@@ -87,7 +87,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	cgroups, err := newPodCgroups(cfg.Cgroup)
+	cgroups, err := newPodCgroups(cfg.Cgroup, log)
 	if err != nil {
 		return nil, err
 	}

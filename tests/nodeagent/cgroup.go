@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"path"
 	"path/filepath"
 	"strings"
@@ -21,11 +22,12 @@ import (
 type podCgroups struct {
 	node string // the node's cgroup relative to each hierarchy's root, e.g. /skipper/node1
 	hier []linuxhost.Hierarchy
+	log  *slog.Logger
 }
 
 // newPodCgroups locates the hierarchies for the node cgroup dir (a cgroup2
 // directory); empty dir: no pod cgroups.
-func newPodCgroups(dir string) (podCgroups, error) {
+func newPodCgroups(dir string, log *slog.Logger) (podCgroups, error) {
 	if dir == "" {
 		return podCgroups{}, nil
 	}
@@ -37,7 +39,7 @@ func newPodCgroups(dir string) (podCgroups, error) {
 	if err != nil || rel == "." || strings.HasPrefix(rel, "..") {
 		return podCgroups{}, fmt.Errorf("--cgroup %s: not below the cgroup2 mount %s", dir, hs[0].Mount)
 	}
-	return podCgroups{node: "/" + filepath.ToSlash(rel), hier: hs}, nil
+	return podCgroups{node: "/" + filepath.ToSlash(rel), hier: hs, log: log}, nil
 }
 
 // PodCgroupPath is a pod's cgroup relative to its node's cgroup, as the
@@ -70,7 +72,18 @@ func (c podCgroups) EnsureContainer(pod *corev1.Pod, container string) ([]string
 	for _, d := range c.podDirs(pod) {
 		dirs = append(dirs, filepath.Join(d, container))
 	}
-	return dirs, linuxhost.MakeDirs(dirs)
+	if err := linuxhost.MakeDirs(dirs); err != nil {
+		return nil, err
+	}
+	// Where cgroup2 holds the controllers (a pure v2 machine), the pod's
+	// cgroup gets cpu.stat, memory.current and pids.current of its own.
+	rel := path.Join(c.node, PodCgroupPath(pod.Status.QOSClass, pod.UID), container)
+	// Failing that (the node's cgroup holds processes), the pod still runs,
+	// accounted only in its ancestors.
+	if err := linuxhost.EnableControllers(c.hier[0].Mount, rel, linuxhost.PodControllers); err != nil {
+		c.log.Warn("pod cgroup without controllers of its own", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
+	return dirs, nil
 }
 
 // RemovePod removes the pod's cgroups in every hierarchy, killing what is

@@ -44,7 +44,8 @@ type Config struct {
 	// VolumeResync is how often mounted volumes are rewritten from the API
 	// (ConfigMap changes, token refreshes). Default 60s.
 	VolumeResync time.Duration
-	// Cgroup is the node's cgroup2 directory (the agent runs there). Pod
+	// Cgroup is the node's cgroup2 directory (the agent itself runs in a
+	// leaf of it, so cgroup2 lets it hand controllers down). Pod
 	// cgroups are made under it, kubepods/<qos>/pod<uid>/<container>, and at
 	// the same relative path in the v1 hierarchies of cpu, cpuacct, memory
 	// and pids. Empty: pods get no cgroups of their own.
@@ -114,7 +115,8 @@ the first address of --pod-cidr) and an IP from --pod-cidr, its own cgroups
 under --cgroup named as the kubelet names them, and its own mount namespace
 with a private /run holding its volumes (projected service-account token,
 ConfigMaps, Secrets, downward API, emptyDir; mount paths must be under /run or
-/var/run). Run it inside the node's network namespace and cgroup.
+/var/run). Run it inside the node's network namespace, in a leaf cgroup of
+--cgroup.
 
 Usage: skipper-nodeagent [flags]
 

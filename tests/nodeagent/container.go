@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -188,6 +189,7 @@ func (p *process) stop(grace time.Duration) {
 // the exec spec on fd 3, and execs the container binary. It returns only on
 // failure.
 func RunContainerInit() error {
+	ppid := os.Getppid()
 	spec := os.NewFile(3, "spec")
 	status := os.NewFile(4, "status")
 	if spec == nil || status == nil {
@@ -223,6 +225,18 @@ func RunContainerInit() error {
 		return report(fmt.Errorf("working directory %s: %w", dir, err))
 	}
 	unix.CloseOnExec(4)
+	// The agent's PR_SET_PDEATHSIG belongs to this process's first thread;
+	// an exec from another thread of the Go runtime makes that thread the
+	// process and drops it, and the container would outlive a killed agent.
+	// Set it again on the exec'ing thread, then make sure the agent did not
+	// die in between.
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
+		return report(fmt.Errorf("parent-death signal: %w", err))
+	}
+	if os.Getppid() != ppid {
+		return report(errors.New("the node agent died before the container started"))
+	}
 	err := syscall.Exec(es.Path, es.Argv, es.Env)
 	return report(fmt.Errorf("exec %s: %w", es.Path, err))
 }

@@ -1,9 +1,13 @@
 package nodeagent
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +21,9 @@ func TestMain(m *testing.M) {
 		if err := RunContainerInit(); err != nil {
 			os.Exit(127)
 		}
+	}
+	if len(os.Args) > 1 && os.Args[1] == testAgentArg {
+		runTestAgent()
 	}
 	goleak.VerifyTestMain(m)
 }
@@ -93,4 +100,60 @@ func waitExit(t *testing.T, p *process) {
 		p.stop(0)
 		t.Fatal("container did not exit")
 	}
+}
+
+// testAgentArg makes the test binary a stand-in agent that starts one
+// container (sleep), prints its pid and dies by SIGKILL.
+const testAgentArg = "__skipper_test_agent"
+
+func runTestAgent() {
+	self, _ := os.Executable()
+	p, err := startContainer(self, startSpec{Exec: execSpec{Path: "/bin/sleep", Argv: []string{"sleep", "60"}},
+		LogPath: os.DevNull, InitTimeout: 10 * time.Second,
+		// The init blocks on its pipe meanwhile, long enough for the Go
+		// scheduler to hand its P on and resume it on another thread, as a
+		// real agent fetching volumes does.
+		Prepare: func(int, string) error { time.Sleep(50 * time.Millisecond); return nil }})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(p.pid)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+	select {}
+}
+
+// TestContainerDiesWithAgent: a container gets SIGKILL when its agent is
+// killed, whichever thread of the container init exec'd it.
+func TestContainerDiesWithAgent(t *testing.T) {
+	requireRoot(t)
+	self, _ := os.Executable()
+	for i := range 10 {
+		out, err := exec.Command(self, testAgentArg).Output()
+		if len(out) == 0 {
+			t.Fatalf("stand-in agent %d printed no pid: %v", i, err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for procAlive(pid) {
+			if time.Now().After(deadline) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				t.Fatalf("run %d: container %d outlived its killed agent", i, pid)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// procAlive reports a process that exists and is not a zombie.
+func procAlive(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i > 0 && i+2 < len(data) && data[i+2] != 'Z' && data[i+2] != 'X'
 }

@@ -59,5 +59,5 @@
 // Run(ctx, args, stderr) is bin/skipper-nodeagent's command line, including
 // the hidden container-init subcommand; the agent runs until ctx ends, then
 // stops its pods. skipper-cluster starts one per node inside the node's
-// network namespace and cgroup.
+// network namespace, in the leaf <node cgroup>/system.
 package nodeagent

@@ -205,7 +205,7 @@ func TestStartContainerNetnsAndCgroups(t *testing.T) {
 			}
 		}
 	})
-	cg, err := newPodCgroups(filepath.Join(hs[0].Mount, nodeRel))
+	cg, err := newPodCgroups(filepath.Join(hs[0].Mount, nodeRel), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
