@@ -36,7 +36,8 @@ const (
 	counterRewrite  = 0
 	counterFailOpen = 1
 	counterSkipOwn  = 2
-	counterMax      = 3
+	counterRedirect = 3
+	counterMax      = 4
 )
 
 // ErrNotSupported is matched (errors.Is) by every error Load returns because
@@ -73,6 +74,10 @@ type Options struct {
 	// SkipMark is the SO_MARK of sockets never rewritten (the router's own;
 	// see MarkControl). Default DefaultSkipMark.
 	SkipMark uint32
+	// Redirect turns on the sk_msg fast path: payload between a steered
+	// caller's socket and the router's socket accepted from it skips the
+	// TCP/IP stack (sockhash + sk_msg). Off: every byte takes the stack.
+	Redirect bool
 }
 
 // Steering is a loaded and attached set of steering programs. SetVIPs,
@@ -84,6 +89,8 @@ type Steering struct {
 	links  []link.Link
 	pinDir string
 	opts   Options
+	// msgAttached: steer_redirect is attached to the socks map (Redirect).
+	msgAttached bool
 }
 
 // Counters are the per-CPU counters of steer.c summed over CPUs. They are
@@ -92,6 +99,7 @@ type Counters struct {
 	Rewrites  uint64 // connects rewritten to the router
 	FailOpens uint64 // VIP connects left alone because the router was not live
 	OwnSkips  uint64 // VIP connects left alone because the socket had SkipMark
+	Redirects uint64 // sendmsg payloads redirected to the peer socket (Options.Redirect)
 }
 
 type attachment struct {
@@ -147,6 +155,31 @@ func Probe() error {
 	return nil
 }
 
+// flagRedirect mirrors STEER_F_REDIRECT in steer.c.
+const flagRedirect = 1
+
+// probeRedirect reports whether the kernel has what Options.Redirect needs.
+func probeRedirect() error {
+	for _, p := range []struct {
+		feature string
+		check   func() error
+	}{
+		{"sockhash maps", func() error { return features.HaveMapType(ebpf.SockHash) }},
+		{"sk_msg programs", func() error { return features.HaveProgramType(ebpf.SkMsg) }},
+		{"bpf_sock_hash_update in sockops programs", func() error {
+			return features.HaveProgramHelper(ebpf.SockOps, asm.FnSockHashUpdate)
+		}},
+	} {
+		if err := p.check(); err != nil {
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				return &NotSupportedError{Feature: p.feature, Err: err}
+			}
+			return fmt.Errorf("probe %s: %w", p.feature, err)
+		}
+	}
+	return nil
+}
+
 // Load loads the programs, attaches them to opts.Cgroup and, with a PinDir,
 // pins maps and links there. Pins left by an earlier process are adopted:
 // its maps (VIPs, router, liveness, counters) are reused when compatible and
@@ -173,6 +206,11 @@ func Load(opts Options) (*Steering, error) {
 	if err := Probe(); err != nil {
 		return nil, err
 	}
+	if opts.Redirect {
+		if err := probeRedirect(); err != nil {
+			return nil, err
+		}
+	}
 	if opts.PinDir != "" {
 		if err := os.MkdirAll(opts.PinDir, 0o700); err != nil {
 			return nil, fmt.Errorf("bpf steering: pin dir: %w", err)
@@ -189,9 +227,28 @@ func Load(opts Options) (*Steering, error) {
 	if err := s.writeConfig(func(c *steerSteerConfig) {
 		c.MaxAgeNs = uint64(opts.MaxAge.Nanoseconds())
 		c.SkipMark = opts.SkipMark
+		c.Flags &^= flagRedirect
+		if opts.Redirect {
+			c.Flags |= flagRedirect
+		}
 	}); err != nil {
 		s.objs.Close()
 		return nil, err
+	}
+	if opts.Redirect {
+		// The verdict program lives as long as the socks map (pinned or
+		// held by the sockops program); attaching again replaces it.
+		err := link.RawAttachProgram(link.RawAttachProgramOptions{
+			Target: s.objs.Socks.FD(), Program: s.objs.SteerRedirect, Attach: ebpf.AttachSkMsgVerdict,
+		})
+		if err != nil {
+			s.objs.Close()
+			if errors.Is(err, ebpf.ErrNotSupported) {
+				return nil, &NotSupportedError{Feature: "sk_msg verdict programs on a sockhash", Err: err}
+			}
+			return nil, fmt.Errorf("bpf steering: attach sk_msg: %w", err)
+		}
+		s.msgAttached = true
 	}
 	for _, a := range attachments {
 		l, err := s.attach(a, cgID)
@@ -298,6 +355,12 @@ func detach(l link.Link) error {
 // without one the programs are detached.
 func (s *Steering) Close() error {
 	var errs []error
+	if s.msgAttached && s.pinDir == "" {
+		errs = append(errs, link.RawDetachProgram(link.RawDetachProgramOptions{
+			Target: s.objs.Socks.FD(), Program: s.objs.SteerRedirect, Attach: ebpf.AttachSkMsgVerdict,
+		}))
+		s.msgAttached = false
+	}
 	for _, l := range s.links {
 		errs = append(errs, l.Close())
 	}
@@ -444,7 +507,8 @@ func (s *Steering) Counters() (Counters, error) {
 			sums[i] += v
 		}
 	}
-	return Counters{Rewrites: sums[counterRewrite], FailOpens: sums[counterFailOpen], OwnSkips: sums[counterSkipOwn]}, nil
+	return Counters{Rewrites: sums[counterRewrite], FailOpens: sums[counterFailOpen], OwnSkips: sums[counterSkipOwn],
+		Redirects: sums[counterRedirect]}, nil
 }
 
 // OriginalDestination returns the VIP a steered connection aimed at, given

@@ -40,8 +40,14 @@ struct steer_config {
 	// Sockets carrying this SO_MARK (the router's own) are never rewritten.
 	// 0 disables the check.
 	__u32 skip_mark;
-	__u32 pad;
+	// STEER_F_* bits.
+	__u32 flags;
 };
+
+// STEER_F_REDIRECT: steered caller sockets and the router's accepted
+// sockets join the socks sockhash, and steer_redirect moves their payload
+// between them without the TCP/IP stack.
+#define STEER_F_REDIRECT 1
 
 // What a rewritten socket remembers: the VIP it aimed at and where it went
 // instead.
@@ -54,7 +60,17 @@ enum counter {
 	COUNTER_REWRITE = 0,   // connect rewritten to the router
 	COUNTER_FAIL_OPEN = 1, // VIP matched but the router was not live
 	COUNTER_SKIP_OWN = 2,  // VIP matched on a socket carrying skip_mark
-	COUNTER_MAX = 3,
+	COUNTER_REDIRECT = 3,  // sk_msg payload redirected to the peer socket
+	COUNTER_MAX = 4,
+};
+
+// One end of a local connection: its own and its peer's IPv4 address and
+// port, all in network byte order.
+struct sock_key {
+	__u32 local_ip;
+	__u32 remote_ip;
+	__u16 local_port;
+	__u16 remote_port;
 };
 
 struct {
@@ -110,6 +126,17 @@ struct {
 	__type(value, struct addr4);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } orig_dst SEC(".maps");
+
+// Steered callers' sockets and the router's sockets accepted from them, by
+// their own 4-tuple (with STEER_F_REDIRECT). Sockets leave it when they
+// close.
+struct {
+	__uint(type, BPF_MAP_TYPE_SOCKHASH);
+	__uint(max_entries, 65536);
+	__type(key, struct sock_key);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} socks SEC(".maps");
 
 static __always_inline void count(__u32 idx)
 {
@@ -244,39 +271,94 @@ int steer_getpeername6(struct bpf_sock_addr *ctx)
 	return 1;
 }
 
+// sock_key_of fills k from skops (local_port is in host byte order,
+// remote_port in network byte order in the upper 16 bits) and reports
+// whether the socket is IPv4 or v4-mapped.
+static __always_inline int sock_key_of(struct bpf_sock_ops *skops, struct sock_key *k)
+{
+	// Every field is loaded unconditionally, before any branch: loads in
+	// branches get tail-merged into one load through a computed pointer.
+	__u32 family = CTX(skops->family);
+	__u32 lport = CTX(skops->local_port);
+	__u32 rport = CTX(skops->remote_port);
+	__u32 lip4 = CTX(skops->local_ip4);
+	__u32 rip4 = CTX(skops->remote_ip4);
+	__u32 l6_0 = CTX(skops->local_ip6[0]);
+	__u32 l6_1 = CTX(skops->local_ip6[1]);
+	__u32 l6_2 = CTX(skops->local_ip6[2]);
+	__u32 l6_3 = CTX(skops->local_ip6[3]);
+	__u32 r6_0 = CTX(skops->remote_ip6[0]);
+	__u32 r6_1 = CTX(skops->remote_ip6[1]);
+	__u32 r6_2 = CTX(skops->remote_ip6[2]);
+	__u32 r6_3 = CTX(skops->remote_ip6[3]);
+
+	k->local_port = bpf_htons((__u16)lport);
+	k->remote_port = (__u16)(rport >> 16);
+	if (family == AF_INET) {
+		k->local_ip = lip4;
+		k->remote_ip = rip4;
+		return 1;
+	}
+	if (family == AF_INET6 && l6_0 == 0 && l6_1 == 0 && l6_2 == bpf_htonl(0x0000ffff) &&
+	    r6_0 == 0 && r6_1 == 0 && r6_2 == bpf_htonl(0x0000ffff)) {
+		k->local_ip = l6_3;
+		k->remote_ip = r6_3;
+		return 1;
+	}
+	return 0;
+}
+
 SEC("sockops")
 int steer_sockops(struct bpf_sock_ops *skops)
 {
-	if (CTX(skops->op) != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB)
+	__u32 op = CTX(skops->op);
+	if (op != BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB && op != BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB)
 		return 1;
 	struct bpf_sock *sk = skops->sk;
 	if (!sk)
 		return 1;
+	struct sock_key k = {};
+	if (!sock_key_of(skops, &k))
+		return 1;
+	__u32 zero = 0;
+	struct steer_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	int redirect = cfg && (cfg->flags & STEER_F_REDIRECT);
+
+	if (op == BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB) {
+		// The router accepting a connection on its steering address.
+		if (redirect && k.local_ip == cfg->router.ip && k.local_port == cfg->router.port)
+			bpf_sock_hash_update(skops, &socks, &k, BPF_ANY);
+		return 1;
+	}
+
 	struct orig *o = bpf_sk_storage_get(&orig_vip, sk, 0, 0);
 	if (!o)
 		return 1;
-
-	// Every field is loaded unconditionally, before any branch: loads in
-	// branches get tail-merged into one load through a computed pointer.
-	__u32 family = CTX(skops->family);
-	__u32 port = CTX(skops->local_port);
-	__u32 ip4 = CTX(skops->local_ip4);
-	__u32 ip6_0 = CTX(skops->local_ip6[0]);
-	__u32 ip6_1 = CTX(skops->local_ip6[1]);
-	__u32 ip6_2 = CTX(skops->local_ip6[2]);
-	__u32 ip6_3 = CTX(skops->local_ip6[3]);
-
-	struct addr4 local = {
-		.port = bpf_htons((__u16)port),
-	};
-	if (family == AF_INET)
-		local.ip = ip4;
-	else if (family == AF_INET6 && ip6_0 == 0 && ip6_1 == 0 && ip6_2 == bpf_htonl(0x0000ffff))
-		local.ip = ip6_3;
-	else
-		return 1;
-
+	struct addr4 local = {.ip = k.local_ip, .port = k.local_port};
 	struct addr4 vip = o->vip;
 	bpf_map_update_elem(&orig_dst, &local, &vip, BPF_ANY);
+	if (redirect)
+		bpf_sock_hash_update(skops, &socks, &k, BPF_ANY);
 	return 1;
+}
+
+// steer_redirect runs on every sendmsg of a socket in socks: the payload goes
+// straight to the receive queue of the connection's other end when that is
+// in socks too (a steered caller and the router), else through the stack.
+SEC("sk_msg")
+int steer_redirect(struct sk_msg_md *msg)
+{
+	__u32 lport = CTX(msg->local_port);
+	__u32 rport = CTX(msg->remote_port);
+	__u32 lip4 = CTX(msg->local_ip4);
+	__u32 rip4 = CTX(msg->remote_ip4);
+	struct sock_key peer = {
+		.local_ip = rip4,
+		.remote_ip = lip4,
+		.local_port = (__u16)(rport >> 16),
+		.remote_port = bpf_htons((__u16)lport),
+	};
+	if (bpf_msg_redirect_hash(msg, &socks, &peer, BPF_F_INGRESS) == SK_PASS)
+		count(COUNTER_REDIRECT);
+	return SK_PASS;
 }

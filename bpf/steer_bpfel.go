@@ -26,12 +26,20 @@ type steerOrig struct {
 	To  steerAddr4
 }
 
+type steerSockKey struct {
+	_          structs.HostLayout
+	LocalIp    uint32
+	RemoteIp   uint32
+	LocalPort  uint16
+	RemotePort uint16
+}
+
 type steerSteerConfig struct {
 	_        structs.HostLayout
 	MaxAgeNs uint64
 	Router   steerAddr4
 	SkipMark uint32
-	Pad      uint32
+	Flags    uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -43,11 +51,13 @@ const (
 	steerMapLiveness           = "liveness"
 	steerMapOrigDst            = "orig_dst"
 	steerMapOrigVip            = "orig_vip"
+	steerMapSocks              = "socks"
 	steerMapVips               = "vips"
 	steerProgSteerConnect4     = "steer_connect4"
 	steerProgSteerConnect6     = "steer_connect6"
 	steerProgSteerGetpeername4 = "steer_getpeername4"
 	steerProgSteerGetpeername6 = "steer_getpeername6"
+	steerProgSteerRedirect     = "steer_redirect"
 	steerProgSteerSockops      = "steer_sockops"
 )
 
@@ -97,6 +107,7 @@ type steerProgramSpecs struct {
 	SteerConnect6     *ebpf.ProgramSpec `ebpf:"steer_connect6"`
 	SteerGetpeername4 *ebpf.ProgramSpec `ebpf:"steer_getpeername4"`
 	SteerGetpeername6 *ebpf.ProgramSpec `ebpf:"steer_getpeername6"`
+	SteerRedirect     *ebpf.ProgramSpec `ebpf:"steer_redirect"`
 	SteerSockops      *ebpf.ProgramSpec `ebpf:"steer_sockops"`
 }
 
@@ -109,6 +120,7 @@ type steerMapSpecs struct {
 	Liveness *ebpf.MapSpec `ebpf:"liveness"`
 	OrigDst  *ebpf.MapSpec `ebpf:"orig_dst"`
 	OrigVip  *ebpf.MapSpec `ebpf:"orig_vip"`
+	Socks    *ebpf.MapSpec `ebpf:"socks"`
 	Vips     *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -143,6 +155,7 @@ type steerMaps struct {
 	Liveness *ebpf.Map `ebpf:"liveness"`
 	OrigDst  *ebpf.Map `ebpf:"orig_dst"`
 	OrigVip  *ebpf.Map `ebpf:"orig_vip"`
+	Socks    *ebpf.Map `ebpf:"socks"`
 	Vips     *ebpf.Map `ebpf:"vips"`
 }
 
@@ -153,6 +166,7 @@ func (m *steerMaps) Close() error {
 		m.Liveness,
 		m.OrigDst,
 		m.OrigVip,
+		m.Socks,
 		m.Vips,
 	)
 }
@@ -171,6 +185,7 @@ type steerPrograms struct {
 	SteerConnect6     *ebpf.Program `ebpf:"steer_connect6"`
 	SteerGetpeername4 *ebpf.Program `ebpf:"steer_getpeername4"`
 	SteerGetpeername6 *ebpf.Program `ebpf:"steer_getpeername6"`
+	SteerRedirect     *ebpf.Program `ebpf:"steer_redirect"`
 	SteerSockops      *ebpf.Program `ebpf:"steer_sockops"`
 }
 
@@ -180,6 +195,7 @@ func (p *steerPrograms) Close() error {
 		p.SteerConnect6,
 		p.SteerGetpeername4,
 		p.SteerGetpeername6,
+		p.SteerRedirect,
 		p.SteerSockops,
 	)
 }

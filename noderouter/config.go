@@ -148,6 +148,9 @@ type Config struct {
 	// BPFService names the router's own Service (in ControllerNamespace)
 	// whose ClusterIP:port pairs are steered when BPFVIPs is empty.
 	BPFService string
+	// BPFSkMsg turns on the sk_msg fast path between steered callers and
+	// this router (payload skips the TCP/IP stack).
+	BPFSkMsg bool
 	// BPFMaxAge is how long steering stays on after the router's last
 	// liveness heartbeat (sent every BPFMaxAge/4); then calls fail open.
 	BPFMaxAge time.Duration
@@ -486,6 +489,8 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	str(&c.BPFPinDir, "bpf-pin-dir", "bpffs directory where steering is pinned so it survives router restarts; empty: not pinned")
 	fs.Var(listFlag{&c.BPFVIPs}, "bpf-vips", "comma-separated ip:port list of steered destinations; empty: the ClusterIPs and ports of --bpf-service, followed as it changes")
 	envs("bpf-vips")
+	fs.BoolVar(&c.BPFSkMsg, "bpf-sk-msg", c.BPFSkMsg, "with BPF steering, also redirect payload between steered callers' sockets and this router's (sk_msg on a sockhash), skipping the TCP/IP stack on the node")
+	envs("bpf-sk-msg")
 	str(&c.BPFService, "bpf-service", "the router's own Service in --controller-namespace, whose ClusterIP:port pairs are steered when --bpf-vips is empty")
 	dur(&c.BPFMaxAge, "bpf-max-age", "steering stays on this long after the router's last liveness heartbeat (sent every quarter of it), then calls fail open to the Service")
 	return fs, env

@@ -88,7 +88,7 @@ func newBPFCollector(s *atomic.Pointer[bpf.Steering]) *bpfCollector {
 		failOpens: prometheus.NewDesc("skipper_noderouter_bpf_fail_opens_total",
 			"Connects to the VIPs left to kube-proxy because this router's liveness entry was stale or withdrawn (fail open).", nil, nil),
 		redirect: prometheus.NewDesc("skipper_noderouter_bpf_redirects_total",
-			"Messages redirected between local caller and router sockets by sk_msg. Always 0: sk_msg redirection is not implemented yet.", nil, nil),
+			"Messages redirected by sk_msg between steered callers' sockets and this router's (with --bpf-sk-msg; 0 without).", nil, nil),
 	}
 }
 
@@ -110,7 +110,7 @@ func (c *bpfCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(c.rewrites, prometheus.CounterValue, float64(n.Rewrites))
 	ch <- prometheus.MustNewConstMetric(c.failOpens, prometheus.CounterValue, float64(n.FailOpens))
-	ch <- prometheus.MustNewConstMetric(c.redirect, prometheus.CounterValue, 0)
+	ch <- prometheus.MustNewConstMetric(c.redirect, prometheus.CounterValue, float64(n.Redirects))
 }
 
 func newMetrics(node string) *metrics {

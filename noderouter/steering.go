@@ -41,7 +41,7 @@ func (rt *router) startBPF() error {
 	rt.m.steering.Store(s)
 	rt.m.setBPFMode(bpfModeConnect)
 	rt.markDials()
-	rt.log.Info("bpf steering on", "vips", rt.cfg.BPFVIPs, "router", net.JoinHostPort(rt.cfg.LocalAddress, fmt.Sprint(rt.cfg.LocalPort)),
+	rt.log.Info("bpf steering on", "vips", rt.cfg.BPFVIPs, "sk_msg", rt.cfg.BPFSkMsg, "router", net.JoinHostPort(rt.cfg.LocalAddress, fmt.Sprint(rt.cfg.LocalPort)),
 		"cgroup", cg, "pin_dir", rt.cfg.BPFPinDir, "max_age", rt.cfg.BPFMaxAge.String())
 	return nil
 }
@@ -80,7 +80,7 @@ func loadSteering(cfg Config) (*bpf.Steering, string, error) {
 	}
 	// With no --bpf-vips the set starts empty (nothing steered) and follows
 	// --bpf-service (run starts the watch).
-	s, err := bpf.Load(bpf.Options{Cgroup: cg, PinDir: cfg.BPFPinDir, MaxAge: cfg.BPFMaxAge})
+	s, err := bpf.Load(bpf.Options{Cgroup: cg, PinDir: cfg.BPFPinDir, MaxAge: cfg.BPFMaxAge, Redirect: cfg.BPFSkMsg})
 	if err != nil {
 		return nil, cg, err
 	}
