@@ -281,14 +281,18 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 	case <-ctx.Done():
 		return nil, fmt.Errorf("claim for function %s: waiting for a claim slot: %w", fn.Key(), ctx.Err())
 	}
-	claimed, err := c.claimPod(ctx, p, fn, claimInfo{At: time.Now(), Router: router})
+	start := time.Now()
+	claimed, err := c.claimPod(ctx, p, fn, claimInfo{At: start, Router: router})
 	if err != nil {
 		return nil, err
 	}
+	patched := time.Now()
 	if err := c.assignPod(ctx, claimed, fn, port); err != nil {
 		c.deleteOrphan(claimed, err)
 		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
 	}
+	c.log.Debug("claim timing", "function", fn.Key(), "pod", claimed.Name,
+		"patch", patched.Sub(start), "assign", time.Since(patched))
 	return claimed, nil
 }
 
