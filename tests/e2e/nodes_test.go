@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -267,7 +268,7 @@ func TestCallerPodOnNode2(t *testing.T) {
 		}
 		node2Metrics := fmt.Sprintf("http://%s:8381/metrics", cluster.DefaultTopology().NodeIP(2))
 		served := func() float64 {
-			return metricSum(t, node2Metrics, "skipper_noderouter_requests_total", map[string]string{"function": "default/echo"})
+			return counterSum(t, node2Metrics, "skipper_noderouter_requests_total", map[string]string{"function": "default/echo"})
 		}
 		before := served()
 		code, body, err := curlFrom(caller, "http://"+svc.Spec.ClusterIP+"/from-node2", "x-skipper-function: default/echo")
@@ -317,4 +318,47 @@ func TestCallerPodOnNode2(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestContainerRestartKeepsPodSandbox: a container killed by SIGKILL is
+// restarted (restartPolicy Always) in the same pod network namespace, with
+// the same IP and in the same cgroup, as the kubelet restarts containers
+// inside their pod sandbox.
+func TestContainerRestartKeepsPodSandbox(t *testing.T) {
+	pod := createPods(t, echoPod("e2e-nodes-restart", "node1", nil))["e2e-nodes-restart"]
+	pid := containerPid(t, pod, "echo")
+	netns, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var restarted *corev1.Pod
+	eventually(t, 45*time.Second, "container restarted and Ready", func(ctx context.Context) error {
+		p, err := env.kube.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cs := p.Status.ContainerStatuses; len(cs) == 0 || cs[0].RestartCount < 1 || !podReady(*p) {
+			return fmt.Errorf("not restarted and Ready yet: %+v", p.Status.ContainerStatuses)
+		}
+		restarted = p
+		return nil
+	})
+	newPid := containerPid(t, restarted, "echo")
+	if newPid == pid {
+		t.Fatalf("container pid %d unchanged after SIGKILL", pid)
+	}
+	if restarted.Status.PodIP != pod.Status.PodIP {
+		t.Errorf("pod IP %s became %s across the restart", pod.Status.PodIP, restarted.Status.PodIP)
+	}
+	now, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", newPid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(netns, now) {
+		t.Errorf("restarted container runs in another network namespace than before")
+	}
+	checkPodIsolation(t, restarted)
 }

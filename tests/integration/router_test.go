@@ -506,3 +506,34 @@ func TestInstanceCgroupsReadable(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrencyLimitQueues: the Function's concurrencyLimit reaches the
+// router with its instance set; with one instance and a limit of 1, two
+// concurrent requests are served one after the other (the second waits in
+// the router's queue), both successfully.
+func TestConcurrencyLimitQueues(t *testing.T) {
+	fn := createFunction(t, "limit", map[string]any{"maxInstances": int64(1), "concurrencyLimit": int64(1)})
+	eventually(t, 30*time.Second, "the cold call", func(ctx context.Context) error {
+		_, _, err := call(ctx, fn, "/")
+		return err
+	})
+	const sleep = 500 * time.Millisecond
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	for range 2 {
+		wg.Go(func() {
+			if _, _, err := call(t.Context(), fn, "/?sleep="+sleep.String()); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Errorf("limited call: %v", err)
+	}
+	if d := time.Since(start); d < 2*sleep {
+		t.Errorf("two requests at concurrencyLimit 1 on one instance took %s; want them one after the other (≥ %s)", d, 2*sleep)
+	}
+}
