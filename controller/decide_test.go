@@ -394,3 +394,25 @@ func TestNextGeneration(t *testing.T) {
 		})
 	}
 }
+
+func TestTargetInFlightHonoursConcurrencyLimit(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		target, limit int32
+		want          int32
+	}{
+		{"defaults", 0, 0, v1alpha1.DefaultTargetInFlight},
+		{"target only", 4, 0, 4},
+		{"limit below the default target", 0, 1, 1},
+		{"limit below the target", 8, 3, 3},
+		{"limit above the target", 2, 5, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := v1alpha1.FunctionSpec{ConcurrencyLimit: tc.limit}
+			spec.Scaling.TargetInFlight = tc.target
+			if got := targetInFlight(&spec); got != tc.want {
+				t.Errorf("targetInFlight = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

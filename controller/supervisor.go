@@ -286,13 +286,25 @@ func (c *controller) policy(fn *v1alpha1.Function) scaling.Policy {
 	return scaling.Policy{
 		MinInstances:        fn.Spec.MinInstances,
 		MaxInstances:        fn.Spec.MaxInstances,
-		TargetInFlight:      fn.Spec.TargetInFlight(),
+		TargetInFlight:      targetInFlight(&fn.Spec),
 		TargetCPUMilli:      fn.Spec.Scaling.TargetCPUMilli,
 		TargetMemoryMiB:     fn.Spec.Scaling.TargetMemoryMiB,
 		IdleTimeout:         fn.Spec.IdleTimeoutOrDefault(),
 		StabilizationWindow: stab,
 		MetricWindow:        c.cfg.ReportInterval,
 	}
+}
+
+// targetInFlight is the in-flight (plus queued) target per instance: the
+// spec's, but never above its concurrencyLimit. An instance never holds
+// more than its limit, so with a higher target the excess waits in the
+// routers' queues and the function would never scale on it.
+func targetInFlight(spec *v1alpha1.FunctionSpec) int32 {
+	t := spec.TargetInFlight()
+	if l := spec.ConcurrencyLimit; l > 0 && l < t {
+		return l
+	}
+	return t
 }
 
 // plan reads the caches, the claims and the window, and decides. It writes
