@@ -71,6 +71,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ns := fs.String("namespace", "default", "namespace of the pool and the Functions")
 	envFile := fs.String("env", ".skipper/env", "the local cluster's env file")
 	warmWait := fs.Duration("warm-wait", 60*time.Second, "how long to wait for a ready warm pod before each call")
+	emptyPool := fs.Bool("empty-pool", false, "measure with an empty pool instead: before each call the pool Deployment is scaled to 0 "+
+		"until no warm pod is left, the call is made, and the pool is scaled back to 1 at once (pod start + claim); "+
+		"the pool's replica count is restored at the end")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -116,13 +119,26 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-	var cold, warm []time.Duration
-	for i := range *n {
-		if err := waitWarm(ctx, cs, *ns, *pool, *warmWait); err != nil {
+	var empty *emptier
+	if *emptyPool {
+		if empty, err = newEmptier(ctx, cs, *ns, *pool); err != nil {
 			return err
 		}
+		defer empty.restore()
+	}
+	var cold, warm []time.Duration
+	for i := range *n {
 		name := fmt.Sprintf("%s/%s%d", *ns, prefix, i)
-		d, err := call(ctx, client, env["ROUTER_URL"], name)
+		var d time.Duration
+		var err error
+		if empty != nil {
+			d, err = empty.call(ctx, func() (time.Duration, error) { return call(ctx, client, env["ROUTER_URL"], name) }, *warmWait)
+		} else {
+			if err := waitWarm(ctx, cs, *ns, *pool, *warmWait); err != nil {
+				return err
+			}
+			d, err = call(ctx, client, env["ROUTER_URL"], name)
+		}
 		if err != nil {
 			return fmt.Errorf("cold call %d: %w", i, err)
 		}
@@ -133,7 +149,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		warm = append(warm, d)
 	}
 	fmt.Fprintf(stdout, "coldstart: %d fresh Functions on pool %s/%s, router %s\n", *n, *ns, *pool, env["ROUTER_URL"])
-	fmt.Fprintf(stdout, "  first call (warm pool): %s\n", summary(cold))
+	what := "warm pool"
+	if empty != nil {
+		what = "empty pool"
+	}
+	fmt.Fprintf(stdout, "  first call (%s): %s\n", what, summary(cold))
 	fmt.Fprintf(stdout, "  second call (warm):     %s\n", summary(warm))
 	return nil
 }
