@@ -180,7 +180,9 @@ func call(ctx context.Context, c *http.Client, routerURL, function string) (time
 	return d, nil
 }
 
-// waitWarm polls until the pool has a ready, unclaimed, non-terminating pod.
+// waitWarm polls until the pool is settled: it has a ready, unclaimed pod
+// and no pod still starting (a replacement for the last claim starting on
+// a 2-core machine would compete with the call measured next).
 func waitWarm(ctx context.Context, cs kubernetes.Interface, ns, pool string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
@@ -188,15 +190,23 @@ func waitWarm(ctx context.Context, cs kubernetes.Interface, ns, pool string, tim
 	for {
 		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err == nil {
+			warm, starting := 0, 0
 			for _, p := range pods.Items {
-				if p.DeletionTimestamp == nil && ready(p) {
-					return nil
+				switch {
+				case p.DeletionTimestamp != nil:
+				case ready(p):
+					warm++
+				default:
+					starting++
 				}
+			}
+			if warm > 0 && starting == 0 {
+				return nil
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("no ready warm pod in pool %s/%s within %s", ns, pool, timeout)
+			return fmt.Errorf("pool %s/%s not settled (a ready warm pod, none starting) within %s", ns, pool, timeout)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
