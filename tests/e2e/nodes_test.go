@@ -245,9 +245,9 @@ func curlFrom(pid int, url string, headers ...string) (int, string, error) {
 
 // TestCallerPodOnNode2: a pod on node 2, in its own network namespace,
 // reaches the function through the skipper Service's ClusterIP (kube-proxy
-// sends it to node 2's own router: trafficDistribution PreferSameNode), and
-// reaches pods on both nodes through another Service's ClusterIP, the one
-// on its own bridge included.
+// sends it to node 2's own router: trafficDistribution PreferSameNode) and
+// through the node-local address, and reaches pods on both nodes through
+// another Service's ClusterIP, the one on its own bridge included.
 func TestCallerPodOnNode2(t *testing.T) {
 	ctx := context.Background()
 	backend := map[string]string{"app": "e2e-nodes-backend"}
@@ -286,6 +286,19 @@ func TestCallerPodOnNode2(t *testing.T) {
 			}
 			return nil
 		})
+	})
+
+	t.Run("function through the node-local address", func(t *testing.T) {
+		// 169.254.20.20 lives on node 2's lo: the pod's default route via
+		// its bridge delivers it to node 2's router.
+		code, body, err := curlFrom(caller, "http://169.254.20.20/node-local", "x-skipper-function: default/echo")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got echo.Response
+		if code != 200 || json.Unmarshal([]byte(body), &got) != nil || got.Function != "default/echo" {
+			t.Fatalf("call through 169.254.20.20: %d %s", code, body)
+		}
 	})
 
 	t.Run("pods through a Service ClusterIP", func(t *testing.T) {
