@@ -28,14 +28,17 @@ var getInstanceResults = []string{resultOK, resultNotFound, resultInvalidArgumen
 type metrics struct {
 	reg *prometheus.Registry
 
-	requests         *prometheus.CounterVec
-	getInstance      *prometheus.CounterVec
-	getInstanceSecs  prometheus.Histogram
-	cacheHit         prometheus.Counter
-	cacheMiss        prometheus.Counter
-	cacheNegative    prometheus.Counter
-	overhead         prometheus.Histogram
-	upstream         prometheus.Histogram
+	requests        *prometheus.CounterVec
+	getInstance     *prometheus.CounterVec
+	getInstanceSecs prometheus.Histogram
+	cacheHit        prometheus.Counter
+	cacheMiss       prometheus.Counter
+	cacheNegative   prometheus.Counter
+	overhead        prometheus.Histogram
+	upstream        prometheus.Histogram
+	// functionSeconds is each function's request duration as its callers
+	// see it (router and instance), by function.
+	functionSeconds  *prometheus.HistogramVec
 	heartbeats       *prometheus.CounterVec
 	heartbeatEntries prometheus.Histogram
 	heartbeatSend    prometheus.Histogram
@@ -137,6 +140,11 @@ func newMetrics(node string) *metrics {
 			Help:    "The router's own time per proxied request: total minus the upstream exchange and minus GetInstance waits.",
 			Buckets: []float64{.00001, .000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .05},
 		}),
+		functionSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Subsystem: sub, Name: "function_request_seconds",
+			Help:    "Duration of proxied requests as callers see them (the router's work, any cold start and the instance's answer), by function.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"function"}),
 		upstream: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Namespace: ns, Subsystem: sub, Name: "upstream_seconds",
 			Help:    "Time from handing a request to an instance until its response body was copied.",
@@ -194,7 +202,7 @@ func newMetrics(node string) *metrics {
 	for _, res := range getInstanceResults {
 		m.getInstance.WithLabelValues(res)
 	}
-	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream,
+	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream, m.functionSeconds,
 		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions,
 		m.queued, m.releases, m.bpfMode, newBPFCollector(&m.steering))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

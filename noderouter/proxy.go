@@ -312,8 +312,10 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	e.Requests.Add(1)
 	p.m.requests.WithLabelValues(e.Key, codeLabel(at.status)).Inc()
+	total := time.Since(start)
 	p.m.upstream.Observe(upstream.Seconds())
-	p.m.overhead.Observe((time.Since(start) - upstream - waited).Seconds())
+	p.m.overhead.Observe((total - upstream - waited).Seconds())
+	p.m.functionSeconds.WithLabelValues(e.Key).Observe(total.Seconds())
 }
 
 // take returns the instance for the next attempt with its slot held, or the

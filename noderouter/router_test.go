@@ -217,6 +217,7 @@ func TestColdThenWarm(t *testing.T) {
 		"cache hit":         {counter(m.cacheHit), 3},
 		"cache miss":        {counter(m.cacheMiss), 1},
 		"requests 200":      {counter(m.requests.WithLabelValues("default/echo", "200")), 4},
+		"function latency":  {histCount(m.functionSeconds.WithLabelValues("default/echo")), 4},
 		"get_instance 404s": {counter(m.getInstance.WithLabelValues(resultNotFound)), 0},
 	} {
 		if c.got != c.want {
@@ -587,6 +588,15 @@ func TestDrain(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Errorf("run: %v", err)
 	}
+}
+
+// histCount reads how many observations a histogram holds.
+func histCount(o prometheus.Observer) float64 {
+	var m dto.Metric
+	if err := o.(prometheus.Metric).Write(&m); err != nil {
+		panic(err)
+	}
+	return float64(m.GetHistogram().GetSampleCount())
 }
 
 // counter reads a counter's value.
