@@ -453,11 +453,17 @@ func (c *controller) forget(key string, withdraw, deleted bool) {
 	st, had := c.fns[key]
 	delete(c.fns, key)
 	delete(c.assumed, key)
+	sup := c.sups[key]
 	c.mu.Unlock()
 	if deleted {
 		c.metrics.functionRemoved(key)
 	} else {
 		c.metrics.instances.DeletePartialMatch(map[string]string{"function": key})
+	}
+	if sup != nil {
+		// A supervisor still running (ownership may come back before it
+		// notices) writes its series again rather than trust its cache.
+		sup.rewrite.Store(true)
 	}
 	switch {
 	case had && withdraw:

@@ -50,12 +50,15 @@ type supervisor struct {
 	view atomic.Pointer[supervisorView]
 
 	// Owned by the loop.
-	history    scaling.History
-	desired    int32
-	reason     string
-	lastScale  time.Time
-	drains     map[types.UID]*drain
-	counts     [5]int             // instance counts last written to metrics, in instanceStates order
+	history   scaling.History
+	desired   int32
+	reason    string
+	lastScale time.Time
+	drains    map[types.UID]*drain
+	counts    [5]int // instance counts last written to metrics, in instanceStates order
+	// rewrite asks the next tick to write the instance series even when
+	// counts did not change: forget deleted them meanwhile.
+	rewrite    atomic.Bool
 	instances  []scaling.Instance // reused between ticks
 	candidates []victim           // reused between ticks
 }
@@ -443,7 +446,7 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 		s.desired, s.reason = d.Instances, string(d.Reason)
 	}
 	s.view.Store(&supervisorView{desired: s.desired, reason: s.reason, inFlight: p.load.InFlight, queued: p.load.Queued})
-	if counts := [...]int{p.ready, p.notReady, p.terminating, len(s.drains), p.pending}; counts != s.counts {
+	if counts := [...]int{p.ready, p.notReady, p.terminating, len(s.drains), p.pending}; counts != s.counts || s.rewrite.Swap(false) {
 		// Written on change only: a labelled series lookup costs more than
 		// the rest of a steady tick.
 		s.counts = counts

@@ -670,3 +670,29 @@ func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
 	t.Logf("B decided to scale up %s after A died", time.Since(died).Round(time.Millisecond))
 	eventually(t, "B's three instances", func() bool { return len(e.livePods(name)) == 3 })
 }
+
+// forget deleting a function's instance series while its supervisor still
+// runs (ownership left and came back before the supervisor noticed) must
+// not leave the function without series: the supervisor writes them again.
+func TestInstanceSeriesRewrittenAfterForget(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.MinInstances, fn.Spec.MaxInstances = 1, 2
+	e.add(poolDeploy("echo"), fn, poolPod("p0", "echo"), poolPod("p1", "echo"))
+	c := startController(t, e, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	series := func() int {
+		fams, err := c.metrics.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range fams {
+			if f.GetName() == "skipper_controller_instances" {
+				return len(f.GetMetric())
+			}
+		}
+		return 0
+	}
+	eventually(t, "instance series of the supervised function", func() bool { return series() > 0 })
+	c.forget("default/hello", false, false)
+	eventually(t, "instance series written again after forget", func() bool { return series() > 0 })
+}
