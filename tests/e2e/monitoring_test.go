@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -29,24 +30,34 @@ func TestMonitoringQueriesMatchExportedMetrics(t *testing.T) {
 	if len(used) < 20 {
 		t.Fatalf("skipper-promql listed %d metrics: %v", len(used), used)
 	}
-	exported := map[string]bool{}
-	for _, url := range append([]string{env.routerMetrics}, env.controllerURLs...) {
-		fams, err := attach.Scrape(url)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for name, fam := range fams {
-			exported[name] = true
-			if fam.GetType() == dto.MetricType_HISTOGRAM {
-				for _, s := range []string{"_bucket", "_sum", "_count"} {
-					exported[name+s] = true
+	// Series of owned functions move with ownership (an earlier test may
+	// have just killed a controller): poll a little before judging.
+	var missing []string
+	eventually(t, 30*time.Second, "every metric the dashboard and alerts read exported", func(context.Context) error {
+		exported := map[string]bool{}
+		for _, url := range append([]string{env.routerMetrics}, env.controllerURLs...) {
+			fams, err := attach.Scrape(url)
+			if err != nil {
+				return err
+			}
+			for name, fam := range fams {
+				exported[name] = true
+				if fam.GetType() == dto.MetricType_HISTOGRAM {
+					for _, s := range []string{"_bucket", "_sum", "_count"} {
+						exported[name+s] = true
+					}
 				}
 			}
 		}
-	}
-	for _, n := range used {
-		if !exported[n] {
-			t.Errorf("the dashboard or alerts read %s, which no binary exports (or not yet at zero)", n)
+		missing = missing[:0]
+		for _, n := range used {
+			if !exported[n] {
+				missing = append(missing, n)
+			}
 		}
-	}
+		if len(missing) > 0 {
+			return fmt.Errorf("the dashboard or alerts read %v, which no binary exports (or not yet at zero)", missing)
+		}
+		return nil
+	})
 }
