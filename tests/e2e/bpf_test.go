@@ -40,33 +40,20 @@ func TestBPFSteersVIPToOwnNodeRouter(t *testing.T) {
 			return nil
 		})
 	}
-	mnt, err := linuxhost.Cgroup2Mount()
-	if err != nil {
-		t.Fatal(err)
-	}
-	node2Cgroup := filepath.Join(mnt, "skipper", "node2")
-
 	echo := map[string]string{"function": "default/echo", "code": "200"}
 	rewrites2 := metricSum(t, routerMetricsURL(2), "skipper_noderouter_bpf_rewrites_total", nil)
 	served1 := counterSum(t, routerMetricsURL(1), "skipper_noderouter_requests_total", echo)
 	served2 := counterSum(t, routerMetricsURL(2), "skipper_noderouter_requests_total", echo)
 
-	// The caller joins node 2's cgroup, then execs into node 2's network
-	// namespace and curl (ip netns exec remounts /sys, so the cgroup comes
-	// first): its connect runs the node's programs. The VIP is blackholed
-	// outside the cluster's namespaces, so an unsteered call could not
-	// succeed.
+	// The VIP is blackholed outside the cluster's namespaces, so an
+	// unsteered call could not succeed.
 	const calls = 3
 	for range calls {
-		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-		out, err := exec.CommandContext(cctx, "sh", "-c",
-			`echo $$ > "$1/cgroup.procs" && exec ip netns exec skipper-node2 curl -sS --max-time 10 -H 'x-skipper-function: default/echo' "http://$2/bpf"`,
-			"caller", node2Cgroup, vip).CombinedOutput()
-		cancel()
+		out, err := callVIPFromNode2(ctx, t, vip, 10*time.Second)
 		if err != nil {
 			t.Fatalf("call %s:80 from node2: %v\n%s", vip, err, out)
 		}
-		if !strings.Contains(string(out), `"function":"default/echo"`) {
+		if !strings.Contains(out, `"function":"default/echo"`) {
 			t.Fatalf("answer via the VIP is not the echo function's: %s", out)
 		}
 	}
@@ -83,7 +70,9 @@ func TestBPFSteersVIPToOwnNodeRouter(t *testing.T) {
 
 // callVIPFromNode2 calls the skipper Service VIP from a process in node 2's
 // cgroup and network namespace (where node 2's BPF programs apply), bounded
-// by timeout, and returns curl's combined output.
+// by timeout, and returns curl's combined output. The caller joins the
+// cgroup first, then execs into the netns and curl: ip netns exec remounts
+// /sys, hiding the cgroup filesystem.
 func callVIPFromNode2(ctx context.Context, t *testing.T, vip string, timeout time.Duration) (string, error) {
 	t.Helper()
 	mnt, err := linuxhost.Cgroup2Mount()
@@ -93,7 +82,7 @@ func callVIPFromNode2(ctx context.Context, t *testing.T, vip string, timeout tim
 	cctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 	defer cancel()
 	out, err := exec.CommandContext(cctx, "sh", "-c",
-		`echo $$ > "$1/cgroup.procs" && exec ip netns exec skipper-node2 curl -sS --max-time "$3" -H 'x-skipper-function: default/echo' "http://$2/failopen"`,
+		`echo $$ > "$1/cgroup.procs" && exec ip netns exec skipper-node2 curl -sS --max-time "$3" -H 'x-skipper-function: default/echo' "http://$2/vip"`,
 		"caller", filepath.Join(mnt, "skipper", "node2"), vip, fmt.Sprint(timeout.Seconds())).CombinedOutput()
 	return string(out), err
 }

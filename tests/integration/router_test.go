@@ -157,13 +157,9 @@ func TestConcurrentColdMissesMakeOneGetInstance(t *testing.T) {
 	}
 }
 
-// TestWithdrawalStopsTraffic scales a function from two instances to one
-// under steady load: the controller withdraws one instance (a pushed
-// update), waits for the router's ack and deletes it. No request may reach
-// the instance once its deletion started, none may fail, and the router
-// must never meet a dead instance (no eviction, no retry).
-func TestWithdrawalStopsTraffic(t *testing.T) {
-	fn := createFunction(t, "withdraw", map[string]any{"minInstances": int64(2), "maxInstances": int64(2)})
+// waitBothInstances calls fn until both of its two instances have answered.
+func waitBothInstances(t *testing.T, fn string) {
+	t.Helper()
 	seen := map[string]bool{}
 	eventually(t, 60*time.Second, "both instances answering", func(ctx context.Context) error {
 		_, uid, err := call(ctx, fn, "/")
@@ -176,6 +172,16 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestWithdrawalStopsTraffic scales a function from two instances to one
+// under steady load: the controller withdraws one instance (a pushed
+// update), waits for the router's ack and deletes it. No request may reach
+// the instance once its deletion started, none may fail, and the router
+// must never meet a dead instance (no eviction, no retry).
+func TestWithdrawalStopsTraffic(t *testing.T) {
+	fn := createFunction(t, "withdraw", map[string]any{"minInstances": int64(2), "maxInstances": int64(2)})
+	waitBothInstances(t, fn)
 	pods, err := env.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
 	if err != nil {
 		t.Fatal(err)
@@ -271,18 +277,7 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 // request still succeeds, retried on the other instance.
 func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 	fn := createFunction(t, "kill", map[string]any{"minInstances": int64(2), "maxInstances": int64(2)})
-	seen := map[string]bool{}
-	eventually(t, 60*time.Second, "both instances answering", func(ctx context.Context) error {
-		_, uid, err := call(ctx, fn, "/")
-		if err != nil {
-			return err
-		}
-		seen[uid] = true
-		if len(seen) < 2 {
-			return fmt.Errorf("answered by %d instance(s)", len(seen))
-		}
-		return nil
-	})
+	waitBothInstances(t, fn)
 	pods, err := env.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("list instances: %v (%d)", err, len(pods.Items))
