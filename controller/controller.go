@@ -424,7 +424,7 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	}
 	// A function that keeps instances, or has some, needs its supervisor;
 	// one without is started by its first reference.
-	sup := c.supervisorFor(key, fn.Spec.MinInstances > 0 || claimed > 0)
+	sup, _ := c.supervisorFor(key, fn.Spec.MinInstances > 0 || claimed > 0, nil)
 
 	port, perr := c.port(fn)
 	var set []instance

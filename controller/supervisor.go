@@ -99,8 +99,10 @@ func newSupervisor(c *controller, key string, fn *v1alpha1.Function, now time.Ti
 
 // supervisorFor returns key's supervisor, starting one when start is set
 // and none runs. It returns nil when none runs and start is not set, or
-// when the controller is not running.
-func (c *controller) supervisorFor(key string, start bool) *supervisor {
+// when the controller is not running. init, when set, runs on a supervisor
+// this call starts before its first tick (so the load that started it is
+// in its window then), and fresh reports that it did.
+func (c *controller) supervisorFor(key string, start bool, init func(*supervisor)) (_ *supervisor, fresh bool) {
 	var took *v1alpha1.Function // taken over from another owner: an Event, sent without c.mu
 	defer func() {
 		if took != nil {
@@ -110,12 +112,12 @@ func (c *controller) supervisorFor(key string, start bool) *supervisor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if s := c.sups[key]; s != nil || !start || c.runCtx == nil || c.runCtx.Err() != nil {
-		return s
+		return s, false
 	}
 	ns, name, _ := splitKey(key)
 	fn, err := c.cache.function(ns, name)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	now := time.Now()
 	s := newSupervisor(c, key, fn, now)
@@ -125,21 +127,27 @@ func (c *controller) supervisorFor(key string, start bool) *supervisor {
 		// scale-to-zero waits a full idleTimeout rather than firing at once.
 		s.window.Touch(now)
 	}
+	if init != nil {
+		init(s) // s is not shared yet: its lock is free
+	}
 	c.sups[key] = s
 	if fn.Status.Owner != "" && fn.Status.Owner != c.cfg.PodName {
 		took = fn
 	}
 	c.log.Debug("supervisor started", "function", key)
 	c.wg.Go(func() { s.run(c.runCtx) })
-	return s
+	return s, true
 }
 
 // touch marks key active now (a GetInstance), starting its supervisor.
 func (c *controller) touch(key string, now time.Time) {
-	if s := c.supervisorFor(key, true); s != nil {
+	touch := func(s *supervisor) {
 		s.mu.Lock()
 		s.window.Touch(now)
 		s.mu.Unlock()
+	}
+	if s, fresh := c.supervisorFor(key, true, touch); s != nil && !fresh {
+		touch(s)
 	}
 }
 
@@ -149,10 +157,6 @@ func (c *controller) touch(key string, now time.Time) {
 func (c *controller) observeReport(id *skipperv1.RouterIdentity, r *skipperv1.Report, fr *skipperv1.FunctionReport, now time.Time) {
 	key := refKey(fr.GetFunction())
 	if !c.owns(key) {
-		return
-	}
-	s := c.supervisorFor(key, fr.GetInFlight() > 0 || fr.GetQueued() > 0 || len(fr.GetInstances()) > 0)
-	if s == nil {
 		return
 	}
 	rep := scaling.Report{
@@ -178,14 +182,22 @@ func (c *controller) observeReport(id *skipperv1.RouterIdentity, r *skipperv1.Re
 			}
 		}
 	}
-	s.mu.Lock()
-	s.window.Observe(now, rep)
-	s.mu.Unlock()
+	observe := func(s *supervisor) {
+		s.mu.Lock()
+		s.window.Observe(now, rep)
+		s.mu.Unlock()
+	}
+	// A supervisor this report starts sees it on its first tick: fed after
+	// the start, the first tick could find no load and stop it again.
+	start := fr.GetInFlight() > 0 || fr.GetQueued() > 0 || len(fr.GetInstances()) > 0
+	if s, fresh := c.supervisorFor(key, start, observe); s != nil && !fresh {
+		observe(s)
+	}
 }
 
 // claimDone records a claim's outcome for status and Events.
 func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
-	s := c.supervisorFor(fn.Key(), false)
+	s, _ := c.supervisorFor(fn.Key(), false, nil)
 	var msg string
 	switch {
 	case err == nil:

@@ -99,10 +99,15 @@ func TestSupervisorTimingOnFakeTime(t *testing.T) {
 
 		start := time.Now()
 		report(3) // load on a function with nothing: the supervisor starts and claims
-		time.Sleep(10 * time.Millisecond)
-		synctest.Wait()
-		if n := instances(); n != 3 {
-			t.Fatalf("%d instances right after a report of 3 in flight, want 3", n)
+		// Within one tick of the report (fake time; polled in 10ms steps, as
+		// the claims' goroutines may need more than one pass to settle).
+		for n := 0; instances() != 3; n++ {
+			if time.Since(start) > cfg.ScaleInterval {
+				t.Fatalf("%d instances %s after a report of 3 in flight, want 3 within a tick (%s)",
+					instances(), time.Since(start), cfg.ScaleInterval)
+			}
+			time.Sleep(10 * time.Millisecond)
+			synctest.Wait()
 		}
 		reportFor(5*time.Second, 3)
 
