@@ -3,7 +3,6 @@ package cluster
 import (
 	"errors"
 	"path"
-	"path/filepath"
 	"time"
 
 	"skipper.dev/skipper/tests/linuxhost"
@@ -15,6 +14,14 @@ import (
 // relative layout in every hierarchy. Node N's cgroup is /<Name>/node<N>;
 // its node agent makes the pods' cgroups under it the way the kubelet's
 // cgroupfs driver names them (kubepods/<qos>/pod<uid>/<container>).
+//
+// Every process of the cluster runs in it, in every hierarchy: the control
+// plane (etcd and the kube-* daemons) in /<Name>/control-plane, each node's
+// agent and kube-proxy in the node's system leaf. Each simulated machine is
+// thus one group of equal CPU weight, as if it had its own CPUs. Left in
+// the root cgroup, each control-plane thread would weigh as much as all the
+// pods of the cluster together, and a burst of API work (a pool refill)
+// would starve the pods on the request path.
 type Cgroups struct {
 	Name string
 	Hier []linuxhost.Hierarchy // cgroup2 first
@@ -36,20 +43,32 @@ func (c Cgroups) NodeRel(n int) string { return path.Join("/", c.Name, NodeName(
 // cgroups under it, BPF programs attach there.
 func (c Cgroups) Node(n int) string { return linuxhost.Dirs(c.Hier[:1], c.NodeRel(n))[0] }
 
-// System is the cgroup2 leaf under node n's cgroup where its node agent and
-// kube-proxy run (the kubelet's system.slice): the node's cgroup itself
-// holds no process, so cgroup2 lets it hand controllers down to the pods'.
-func (c Cgroups) System(n int) string { return filepath.Join(c.Node(n), "system") }
+// ControlPlaneRel is the control plane's cgroup relative to each
+// hierarchy's root, e.g. /skipper/control-plane.
+func (c Cgroups) ControlPlaneRel() string { return path.Join("/", c.Name, "control-plane") }
 
-// Ensure creates node 1..nodes' cgroups in every hierarchy and their
-// system leaves (existing ones kept).
-func (c Cgroups) Ensure(nodes int) error {
-	for n := 1; n <= nodes; n++ {
-		if err := linuxhost.MakeDirs(append(linuxhost.Dirs(c.Hier, c.NodeRel(n)), c.System(n))); err != nil {
-			return err
-		}
+// SystemRel is node n's system leaf relative to each hierarchy's root.
+func (c Cgroups) SystemRel(n int) string { return path.Join(c.NodeRel(n), "system") }
+
+// Place makes spec start in the cgroup rel (relative to each hierarchy's
+// root) of every hierarchy; a machine without cgroups leaves spec as is.
+func (c Cgroups) Place(spec ProcSpec, rel string) ProcSpec {
+	if len(c.Hier) == 0 {
+		return spec
 	}
-	return nil
+	dirs := linuxhost.Dirs(c.Hier, rel)
+	spec.Cgroup, spec.V1Cgroups = dirs[0], dirs[1:]
+	return spec
+}
+
+// Ensure creates the control plane's cgroup and node 1..nodes' cgroups
+// with their system leaves, in every hierarchy (existing ones kept).
+func (c Cgroups) Ensure(nodes int) error {
+	dirs := linuxhost.Dirs(c.Hier, c.ControlPlaneRel())
+	for n := 1; n <= nodes; n++ {
+		dirs = append(dirs, linuxhost.Dirs(c.Hier, c.SystemRel(n))...)
+	}
+	return linuxhost.MakeDirs(dirs)
 }
 
 // Remove kills every process in the cluster's cgroups and removes them in

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -222,6 +223,8 @@ func TestClusterUpDown(t *testing.T) {
 		}
 	}
 
+	checkProcessCgroups(t, cfg)
+
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.State.Kubeconfig())
 	if err != nil {
 		t.Fatal(err)
@@ -430,6 +433,53 @@ func waitFor(t *testing.T, timeout time.Duration, what string, check func() (boo
 		time.Sleep(250 * time.Millisecond)
 	}
 	t.Fatalf("%s: not after %s; last: %s", what, timeout, last)
+}
+
+// checkProcessCgroups checks that every process of the cluster runs in its
+// machine's cgroup in the cgroup2 hierarchy and in each v1 hierarchy of the
+// pod controllers: the control plane in <cluster>/control-plane, node N's
+// agent and kube-proxy in <cluster>/nodeN/system. None is left in a root
+// cgroup, where its threads would outweigh all the pods.
+func checkProcessCgroups(t *testing.T, cfg *Config) {
+	t.Helper()
+	live, err := cfg.State.Live()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := func(name string) string {
+		for n := 1; n <= cfg.Nodes; n++ {
+			if strings.HasSuffix(name, "-"+NodeName(n)) {
+				return path.Join("/", cfg.CgroupName, NodeName(n), "system")
+			}
+		}
+		return path.Join("/", cfg.CgroupName, "control-plane")
+	}
+	seen := 0
+	for name, pid := range live {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+			// hierarchy-id:controllers:path; cgroup2 has no controllers.
+			parts := strings.SplitN(line, ":", 3)
+			if len(parts) != 3 {
+				continue
+			}
+			ctrls := strings.Split(parts[1], ",")
+			if parts[1] != "" && !slices.ContainsFunc(ctrls, func(c string) bool { return slices.Contains(linuxhost.PodControllers, c) }) {
+				continue
+			}
+			seen++
+			if parts[2] != want(name) {
+				t.Errorf("%s (pid %d) in cgroup %q of hierarchy %q, want %s", name, pid, parts[2], parts[1], want(name))
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no cluster process found in any cgroup hierarchy")
+	}
 }
 
 // checkClean fails if anything the cluster makes is left on the machine.

@@ -134,10 +134,9 @@ func (c *Config) nodeAgentSpec(n int, cg Cgroups) ProcSpec {
 	spec := ProcSpec{Name: "skipper-nodeagent-" + node, Path: filepath.Join(c.BinDir, "skipper-nodeagent"),
 		Args: args, Netns: c.Topology.Netns(n)}
 	if len(cg.Hier) > 0 {
-		spec.Cgroup = cg.System(n)
 		spec.Args = append(spec.Args, "--cgroup="+cg.Node(n))
 	}
-	return spec
+	return cg.Place(spec, cg.SystemRel(n))
 }
 
 // kubeProxySpec runs node n's kube-proxy in the node's namespace, so its
@@ -171,10 +170,7 @@ func (c *Config) kubeProxySpec(n int, cg Cgroups) ProcSpec {
 		}
 		spec.Env = append(spec.Env, kv)
 	}
-	if len(cg.Hier) > 0 {
-		spec.Cgroup = cg.System(n)
-	}
-	return spec
+	return cg.Place(spec, cg.SystemRel(n))
 }
 
 // waitHTTP polls url until it answers 200, proc exits, ctx ends or timeout.

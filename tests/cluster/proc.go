@@ -25,6 +25,9 @@ type ProcSpec struct {
 	Netns string
 	// Cgroup, when set, is a cgroup2 directory the child starts in.
 	Cgroup string
+	// V1Cgroups are cgroup v1 directories the child is moved into as soon
+	// as it started (v1 has no clone-into-cgroup).
+	V1Cgroups []string
 }
 
 // Proc is a running child.
@@ -83,6 +86,13 @@ func (s State) startProc(spec ProcSpec) (*Proc, error) {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	for _, dir := range spec.V1Cgroups {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(p.Pid)), 0o644); err != nil {
+			_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+			<-p.done
+			return nil, fmt.Errorf("move %s into cgroup %s: %w", spec.Name, dir, err)
+		}
+	}
 	if err := writePidFile(s.PidPath(spec.Name), p.Pid); err != nil {
 		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
 		<-p.done

@@ -171,7 +171,7 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	etcd, err := c.spawn(cfg.etcdSpec())
+	etcd, err := c.spawn(c.cg.Place(cfg.etcdSpec(), c.cg.ControlPlaneRel()))
 	if err != nil {
 		return err
 	}
@@ -180,7 +180,7 @@ func (c *cluster) start(ctx context.Context) error {
 	}
 	log.Info("etcd ready")
 
-	api, err := c.spawn(cfg.apiserverSpec())
+	api, err := c.spawn(c.cg.Place(cfg.apiserverSpec(), c.cg.ControlPlaneRel()))
 	if err != nil {
 		return err
 	}
@@ -193,11 +193,11 @@ func (c *cluster) start(ctx context.Context) error {
 	}
 	log.Info("kube-apiserver ready", "url", cfg.apiserverURL())
 
-	kcm, err := c.spawn(cfg.kcmSpec())
+	kcm, err := c.spawn(c.cg.Place(cfg.kcmSpec(), c.cg.ControlPlaneRel()))
 	if err != nil {
 		return err
 	}
-	sched, err := c.spawn(cfg.schedulerSpec())
+	sched, err := c.spawn(c.cg.Place(cfg.schedulerSpec(), c.cg.ControlPlaneRel()))
 	if err != nil {
 		return err
 	}

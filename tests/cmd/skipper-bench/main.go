@@ -6,10 +6,14 @@
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
-// the pool has a ready warm pod, then times the function's first call (claim
-// patch + assign + proxy, through the router at ROUTER_URL) and a second,
-// warm call on the same connection. It prints p50/p90/p99/max of both and
-// deletes the Functions it made.
+// the cluster is quiet (the pool has a ready warm pod and none starting, the
+// pool Deployment's status is current, and the previous Function's instance
+// is gone), then times the function's first call (claim patch + assign +
+// proxy, through the router at ROUTER_URL) and a second, warm call on the
+// same connection, and deletes the Function. Each sample is thus one cold
+// start on an otherwise idle cluster, not one among a growing crowd of
+// functions that idle out and scale to zero mid-run. It prints
+// p50/p90/p99/max of both.
 //
 // vip compares, for a caller on one node, the skipper Service VIP steered by
 // BPF, the VIP through kube-proxy, and the router's addresses dialled
@@ -26,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -70,7 +75,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	pool := fs.String("pool", "echo", "pool the Functions use")
 	ns := fs.String("namespace", "default", "namespace of the pool and the Functions")
 	envFile := fs.String("env", ".skipper/env", "the local cluster's env file")
-	warmWait := fs.Duration("warm-wait", 60*time.Second, "how long to wait for a ready warm pod before each call")
+	warmWait := fs.Duration("warm-wait", 60*time.Second, "how long to wait before each call for the cluster to be quiet: "+
+		"a ready warm pod and none starting, the pool Deployment's status current, the previous Function's instance gone")
 	emptyPool := fs.Bool("empty-pool", false, "measure with an empty pool instead: before each call the pool Deployment is scaled to 0 "+
 		"until no warm pod is left, the call is made, and the pool is scaled back to 1 at once (pod start + claim); "+
 		"the pool's replica count is restored at the end")
@@ -134,7 +140,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if empty != nil {
 			d, err = empty.call(ctx, func() (time.Duration, error) { return call(ctx, client, env["ROUTER_URL"], name) }, *warmWait)
 		} else {
-			if err := waitWarm(ctx, cs, *ns, *pool, *warmWait); err != nil {
+			if err := waitQuiet(ctx, cs, *ns, *pool, prefix, *warmWait); err != nil {
 				return err
 			}
 			d, err = call(ctx, client, env["ROUTER_URL"], name)
@@ -147,6 +153,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("warm call %d: %w", i, err)
 		}
 		warm = append(warm, d)
+		if err := fns.Delete(ctx, fmt.Sprintf("%s%d", prefix, i), metav1.DeleteOptions{}); err != nil {
+			return fmt.Errorf("delete Function %s%d: %w", prefix, i, err)
+		}
 	}
 	fmt.Fprintf(stdout, "coldstart: %d fresh Functions on pool %s/%s, router %s\n", *n, *ns, *pool, env["ROUTER_URL"])
 	what := "warm pool"
@@ -180,36 +189,67 @@ func call(ctx context.Context, c *http.Client, routerURL, function string) (time
 	return d, nil
 }
 
-// waitWarm polls until the pool is settled: it has a ready, unclaimed pod
-// and no pod still starting (a replacement for the last claim starting on
-// a 2-core machine would compete with the call measured next).
-func waitWarm(ctx context.Context, cs kubernetes.Interface, ns, pool string, timeout time.Duration) error {
+// waitQuiet polls until noisy finds nothing that would compete with the
+// next cold call on a 2-core machine.
+func waitQuiet(ctx context.Context, cs kubernetes.Interface, ns, pool, prefix string, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	sel := v1alpha1.LabelPool + "=" + pool + ",!" + v1alpha1.LabelFunction
+	var why string
 	for {
-		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
-		if err == nil {
-			warm, starting := 0, 0
-			for _, p := range pods.Items {
-				switch {
-				case p.DeletionTimestamp != nil:
-				case ready(p):
-					warm++
-				default:
-					starting++
-				}
-			}
-			if warm > 0 && starting == 0 {
-				return nil
-			}
+		if why = noisy(ctx, cs, ns, pool, prefix); why == "" {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("pool %s/%s not settled (a ready warm pod, none starting) within %s", ns, pool, timeout)
+			return fmt.Errorf("cluster not quiet within %s: %s", timeout, why)
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// noisy says what keeps the cluster from being quiet for the next cold
+// call, or "" when nothing does: a replacement pool pod starting, the kube
+// controllers still writing the pool's status, or an instance of an earlier
+// bench Function still being deleted would compete with the call on a small
+// machine.
+func noisy(ctx context.Context, cs kubernetes.Interface, ns, pool, prefix string) string {
+	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=" + pool})
+	if err != nil {
+		return err.Error()
+	}
+	warm, starting := 0, 0
+	for _, p := range pods.Items {
+		fn := p.Labels[v1alpha1.LabelFunction]
+		switch {
+		case strings.HasPrefix(fn, prefix):
+			return "instance " + p.Name + " of an earlier bench Function is still there"
+		case fn != "":
+		case p.DeletionTimestamp != nil:
+		case ready(p):
+			warm++
+		default:
+			starting++
+		}
+	}
+	if warm == 0 || starting > 0 {
+		return fmt.Sprintf("pool %s/%s has %d ready warm pods and %d starting", ns, pool, warm, starting)
+	}
+	deploys, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=" + pool})
+	if err != nil {
+		return err.Error()
+	}
+	for _, d := range deploys.Items {
+		st := d.Status
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		if st.ObservedGeneration < d.Generation || st.Replicas != want || st.ReadyReplicas != want ||
+			st.AvailableReplicas != want || st.UpdatedReplicas != want {
+			return fmt.Sprintf("pool Deployment %s/%s status not current", ns, d.Name)
+		}
+	}
+	return ""
 }
 
 func ready(p corev1.Pod) bool {
