@@ -281,6 +281,11 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 	case <-ctx.Done():
 		return nil, fmt.Errorf("claim for function %s: waiting for a claim slot: %w", fn.Key(), ctx.Err())
 	}
+	if c.dials != nil && p.Status.PodIP != "" {
+		// The handshake happens while the patch is in flight.
+		release := c.dials.start(ctx, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))))
+		defer release()
+	}
 	start := time.Now()
 	claimed, err := c.claimPod(ctx, p, fn, claimInfo{At: start, Router: router})
 	if err != nil {
@@ -377,4 +382,21 @@ func (c *controller) deleteOrphan(pod *corev1.Pod, cause error) {
 		return
 	}
 	c.log.Warn("deleted pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause)
+}
+
+// deleteOrphans deletes the pods labelled for function key that no Function
+// owns (see orphaned). The owner of the key does it, so one replica acts.
+func (c *controller) deleteOrphans(ctx context.Context, key string, pods []*corev1.Pod) error {
+	for _, p := range orphaned(pods) {
+		uid := p.UID
+		err := c.core.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
+			Preconditions: &metav1.Preconditions{UID: &uid},
+		})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete orphaned instance %s/%s of function %s: %w", p.Namespace, p.Name, key, err)
+		}
+		c.log.Info("deleted orphaned instance: labelled for the function, owned by no Function",
+			"function", key, "pod", p.Namespace+"/"+p.Name)
+	}
+	return nil
 }

@@ -41,8 +41,11 @@ type controller struct {
 	pubPEM  []byte
 	metrics *metrics
 	http    *http.Client // to instances' assign endpoints
-	fwd     *forwarder
-	hub     *hub
+	// dials opens the assign connection while the claim patch is in
+	// flight; nil when http does not dial through it (tests).
+	dials *dialAhead
+	fwd   *forwarder
+	hub   *hub
 
 	ring atomic.Pointer[ring.Ring] // nil while no member is ready
 
@@ -151,7 +154,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		key:     key,
 		pubPEM:  pub,
 		metrics: m,
-		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		dials:   newDialAhead(cfg.AssignTimeout),
 		fwd:     newForwarder(),
 		hub:     newHub(),
 		nsQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -170,6 +173,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		statusAt:   map[string]time.Time{},
 		owned:      map[string]bool{},
 	}
+	c.http = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: c.dials.DialContext}}
 	c.addHandlers()
 	return c, nil
 }
@@ -408,6 +412,9 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	fn, err := c.cache.function(ns, name)
 	if err != nil || fn.DeletionTimestamp != nil {
 		c.forget(key, true, err != nil)
+		if c.owns(key) {
+			return c.deleteOrphans(ctx, key, c.cache.functionPods(ns, name))
+		}
 		return nil
 	}
 	c.metrics.functionAdded(key)
@@ -416,6 +423,9 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 		return nil
 	}
 	pods := c.cache.functionPods(ns, name)
+	if err := c.deleteOrphans(ctx, key, pods); err != nil {
+		return err
+	}
 	claimed := 0
 	for _, p := range pods {
 		if ownedBy(p, fn) && p.DeletionTimestamp == nil {

@@ -56,6 +56,29 @@ func ownedBy(p *corev1.Pod, fn *v1alpha1.Function) bool {
 	return false
 }
 
+// orphaned returns the pods, not yet terminating, that carry a function
+// label but no Function ownerReference. A claim adds both in one patch, so
+// such a pod is no function's instance, and the pool has released it: it
+// would run forever. The garbage collector makes them: a Function deleted
+// right after a claim, while the collector still sees the ReplicaSet's
+// reference, gets its own reference stripped from the pod (the pod keeps a
+// live owner) instead of the pod deleted; the ReplicaSet's release then
+// leaves the pod owned by nothing.
+func orphaned(pods []*corev1.Pod) []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, p := range pods {
+		if p.DeletionTimestamp != nil || p.Labels[v1alpha1.LabelFunction] == "" {
+			continue
+		}
+		if !slices.ContainsFunc(p.OwnerReferences, func(r metav1.OwnerReference) bool {
+			return r.Kind == functionKind && strings.HasPrefix(r.APIVersion, v1alpha1.SchemeGroupVersion.Group+"/")
+		}) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
 // Instance states for skipper_controller_instances.
 const (
 	stateReady       = "ready"

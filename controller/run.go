@@ -18,8 +18,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
@@ -52,7 +54,13 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	rc.QPS = float32(cfg.KubeAPIQPS)
 	rc.Burst = cfg.KubeAPIBurst
 	rc.UserAgent = "skipper-controller/" + cfg.PodName
-	core, err := kubernetes.NewForConfig(rc)
+	// Built-in kinds travel as protobuf, as the kube controllers' do: it is
+	// cheaper for the API server to encode (watch events, the claim patch's
+	// response). Functions, a CRD, have only JSON: the dynamic client keeps it.
+	pc := rest.CopyConfig(rc)
+	pc.ContentType = runtime.ContentTypeProtobuf
+	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	core, err := kubernetes.NewForConfig(pc)
 	if err != nil {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}

@@ -46,6 +46,13 @@ type supervisor struct {
 	failures int
 	retryAt  time.Time
 
+	// deferFirstTick: the first tick waits one interval. Set for a
+	// supervisor a GetInstance starts: that call's own claim is the
+	// scale-up from zero, and the tick's status patch and Event, written at
+	// once, would compete with its claim patch on the API server (the cold
+	// start's critical path).
+	deferFirstTick bool
+
 	// view is what the last tick decided, for GetState.
 	view atomic.Pointer[supervisorView]
 
@@ -146,7 +153,11 @@ func (c *controller) touch(key string, now time.Time) {
 		s.window.Touch(now)
 		s.mu.Unlock()
 	}
-	if s, fresh := c.supervisorFor(key, true, touch); s != nil && !fresh {
+	start := func(s *supervisor) {
+		s.deferFirstTick = true
+		touch(s)
+	}
+	if s, fresh := c.supervisorFor(key, true, start); s != nil && !fresh {
 		touch(s)
 	}
 }
@@ -234,14 +245,16 @@ func (s *supervisor) run(ctx context.Context) {
 	defer s.c.dropSupervisor(s)
 	t := time.NewTicker(s.c.cfg.ScaleInterval)
 	defer t.Stop()
-	for {
+	for wait := s.deferFirstTick; ; wait = true {
+		if wait {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
 		if !s.tick(ctx, time.Now()) {
 			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -35,46 +36,56 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // one tick after the report that asks for it, no scale-down while the
 // owner warms up or within the stabilization window, and scale to zero at
 // idleTimeout after the last activity.
+// fakeTimeController starts a controller inside a synctest bubble on fake
+// clients: a Function "hello" (pool echo, port 8080, at most 4 instances,
+// target 1 in flight, idleTimeout 30s), 6 ready pool pods, and instances
+// whose assign endpoint answers 200 in memory, counted in assigned.
+func fakeTimeController(t *testing.T) (e *testEnv, c *controller, cfg Config, assigned *atomic.Int32) {
+	e = &testEnv{t: t, failFn: map[string]int{}}
+	e.core = fake.NewClientset()
+	e.core.PrependReactor("patch", "pods", e.patchPod)
+	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{v1alpha1.Resource: "FunctionList"})
+	fn := testFunction("hello")
+	fn.Spec.Pool, fn.Spec.Port, fn.Spec.MaxInstances = "echo", 8080, 4
+	fn.Spec.Scaling.TargetInFlight = 1
+	fn.Spec.IdleTimeout = &metav1.Duration{Duration: 30 * time.Second}
+	e.add(poolDeploy("echo"), fn)
+	for i := range 6 {
+		e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
+	}
+
+	cfg = validConfig()
+	cfg.PodName, cfg.PodNamespace = "ctl-0", systemNS
+	cfg.ScaleInterval, cfg.HeartbeatTimeout, cfg.ReportInterval = time.Second, 3*time.Second, time.Second
+	cfg.ScaleDownStabilization, cfg.StatusInterval = 10*time.Second, time.Second
+	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), e.core, e.dyn, key, newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	assigned = &atomic.Int32{}
+	c.dials = nil // instances answer in memory: no sockets on fake time
+	c.http = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
+		if r.URL.Path != assign.Path {
+			return nil, fmt.Errorf("unexpected request %s", r.URL)
+		}
+		assigned.Add(1)
+		return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}}, nil
+	})}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); c.stop() })
+	c.start(ctx)
+	if !c.cache.waitSynced(ctx) {
+		t.Fatal("caches did not sync")
+	}
+	synctest.Wait()
+	return e, c, cfg, assigned
+}
+
 func TestSupervisorTimingOnFakeTime(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		e := &testEnv{t: t, failFn: map[string]int{}}
-		e.core = fake.NewClientset()
-		e.core.PrependReactor("patch", "pods", e.patchPod)
-		e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{v1alpha1.Resource: "FunctionList"})
-		fn := testFunction("hello")
-		fn.Spec.Pool, fn.Spec.Port, fn.Spec.MaxInstances = "echo", 8080, 4
-		fn.Spec.Scaling.TargetInFlight = 1
-		fn.Spec.IdleTimeout = &metav1.Duration{Duration: 30 * time.Second}
-		e.add(poolDeploy("echo"), fn)
-		for i := range 6 {
-			e.add(poolPod(fmt.Sprintf("p%d", i), "echo"))
-		}
-
-		cfg := validConfig()
-		cfg.PodName, cfg.PodNamespace = "ctl-0", systemNS
-		cfg.ScaleInterval, cfg.HeartbeatTimeout, cfg.ReportInterval = time.Second, 3*time.Second, time.Second
-		cfg.ScaleDownStabilization, cfg.StatusInterval = 10*time.Second, time.Second
-		_, key, _ := ed25519.GenerateKey(rand.Reader)
-		c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), e.core, e.dyn, key, newMetrics())
-		if err != nil {
-			t.Fatal(err)
-		}
-		var assigned atomic.Int32
-		c.http = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
-			if r.URL.Path != assign.Path {
-				return nil, fmt.Errorf("unexpected request %s", r.URL)
-			}
-			assigned.Add(1)
-			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("")), Header: http.Header{}}, nil
-		})}
-		ctx, cancel := context.WithCancel(context.Background())
-		defer func() { cancel(); c.stop() }()
-		c.start(ctx)
-		if !c.cache.waitSynced(ctx) {
-			t.Fatal("caches did not sync")
-		}
-		synctest.Wait()
+		e, c, cfg, assigned := fakeTimeController(t)
 
 		router := &skipperv1.RouterIdentity{Pod: "router-a", Incarnation: "i1"}
 		seq := uint64(0)
@@ -146,5 +157,56 @@ func TestSupervisorTimingOnFakeTime(t *testing.T) {
 			t.Errorf("%d assignments, want 3", n)
 		}
 		t.Logf("whole run: %s of fake time", time.Since(start))
+	})
+}
+
+// TestColdGetInstanceWritesOnlyTheClaim checks the cold start's critical
+// path on the API server: a GetInstance that starts a function from zero
+// writes the claim patch and nothing else until it has answered; the
+// supervisor it starts writes status and its ScaledUp Event one scale
+// interval later, when they no longer compete with the claim.
+func TestColdGetInstanceWritesOnlyTheClaim(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e, c, cfg, assigned := fakeTimeController(t)
+		e.core.ClearActions()
+		e.dyn.ClearActions()
+		writes := func() (claims, others []string) {
+			for _, a := range append(e.core.Actions(), e.dyn.Actions()...) {
+				verb := a.GetVerb()
+				if verb == "get" || verb == "list" || verb == "watch" {
+					continue
+				}
+				what := verb + " " + a.GetResource().Resource + "/" + a.GetSubresource()
+				if verb == "patch" && a.GetResource().Resource == "pods" {
+					claims = append(claims, what)
+				} else {
+					others = append(others, what)
+				}
+			}
+			return claims, others
+		}
+		start := time.Now()
+		_, err := (&server{c: c}).GetInstance(context.Background(), &skipperv1.GetInstanceRequest{
+			Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"},
+			Router:   &skipperv1.RouterIdentity{Pod: "router-a", Incarnation: "i1", Node: "node-a"},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait() // whatever the call set off and can run without the clock moving
+		claims, others := writes()
+		if len(claims) != 1 || assigned.Load() != 1 {
+			t.Fatalf("cold GetInstance: %d claim patches and %d assignments, want 1 and 1", len(claims), assigned.Load())
+		}
+		if len(others) > 0 {
+			t.Errorf("cold GetInstance wrote %v before a scale interval passed; want only the claim patch on its path", others)
+		}
+		// One interval later the supervisor's first tick records the scale-up.
+		time.Sleep(cfg.ScaleInterval - time.Since(start))
+		synctest.Wait()
+		_, others = writes()
+		if !slices.Contains(others, "patch functions/status") || !slices.Contains(others, "create events/") && !slices.Contains(others, "patch events/") {
+			t.Errorf("after one scale interval the writes are %v, want the status patch and the ScaledUp Event", others)
+		}
 	})
 }

@@ -249,6 +249,7 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 }
 
 func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string) (*route.Entry, *route.Assignment, error) {
+	start := time.Now()
 	resp, err := cp.ask(cp.ctx, ref, key, known, unusable)
 	if err != nil {
 		return nil, nil, err
@@ -261,7 +262,7 @@ func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unu
 		cp.putSpare(ref, toInfo(resp.GetInstance()), time.Now())
 	}
 	cp.log.Debug("GetInstance", "function", key, "generation", resp.GetGeneration(),
-		"instances", len(resp.GetInstances()), "applied", applied)
+		"instances", len(resp.GetInstances()), "applied", applied, "took", time.Since(start))
 	return e, a, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -75,6 +76,8 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	}
 	rc.UserAgent = "skipper-nodeagent/" + cfg.NodeName
 	rc.QPS, rc.Burst = 50, 100
+	rc.ContentType = runtime.ContentTypeProtobuf // as the kubelet: cheaper for the API server
+	rc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cs, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
