@@ -2,7 +2,12 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
+	"os"
 	"path"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"time"
 
 	"skipper.dev/skipper/tests/linuxhost"
@@ -18,10 +23,16 @@ import (
 // Every process of the cluster runs in it, in every hierarchy: the control
 // plane (etcd and the kube-* daemons) in /<Name>/control-plane, each node's
 // agent and kube-proxy in the node's system leaf. Each simulated machine is
-// thus one group of equal CPU weight, as if it had its own CPUs. Left in
-// the root cgroup, each control-plane thread would weigh as much as all the
-// pods of the cluster together, and a burst of API work (a pool refill)
-// would starve the pods on the request path.
+// thus one CPU group, standing in for machines of their own: left in the
+// root cgroup, each control-plane thread would weigh as much as all the
+// pods of the cluster together. The control plane weighs a quarter of a
+// node (ControlPlaneCPUShares): on a real cluster the API server's bursts
+// (a pool refill: a release, a create, a binding, status writes and their
+// watch fan-out) run on the control plane's own CPUs and never delay a
+// node's pods; here they share the machine's cores, and at equal weight
+// they held a woken pod off the CPU for up to 50 ms. Idle nodes leave the
+// control plane every cycle it wants: the weight only matters when both
+// are runnable.
 type Cgroups struct {
 	Name string
 	Hier []linuxhost.Hierarchy // cgroup2 first
@@ -42,6 +53,11 @@ func (c Cgroups) NodeRel(n int) string { return path.Join("/", c.Name, NodeName(
 // Node is node n's cgroup2 directory: the node agent makes its pods'
 // cgroups under it, BPF programs attach there.
 func (c Cgroups) Node(n int) string { return linuxhost.Dirs(c.Hier[:1], c.NodeRel(n))[0] }
+
+// ControlPlaneCPUShares is the control plane's CPU weight in cgroup v1
+// cpu.shares units, against 1024 (the default) for each node; cgroup2's
+// cpu.weight gets the same ratio (25 against 100).
+const ControlPlaneCPUShares = 256
 
 // ControlPlaneRel is the control plane's cgroup relative to each
 // hierarchy's root, e.g. /skipper/control-plane.
@@ -68,7 +84,38 @@ func (c Cgroups) Ensure(nodes int) error {
 	for n := 1; n <= nodes; n++ {
 		dirs = append(dirs, linuxhost.Dirs(c.Hier, c.SystemRel(n))...)
 	}
-	return linuxhost.MakeDirs(dirs)
+	if err := linuxhost.MakeDirs(dirs); err != nil {
+		return err
+	}
+	return c.weighControlPlane()
+}
+
+// weighControlPlane sets the control plane's CPU weight wherever the cpu
+// controller is: a v1 hierarchy's cpu.shares, or cgroup2's cpu.weight when
+// the machine offers cpu there.
+func (c Cgroups) weighControlPlane() error {
+	rel := c.ControlPlaneRel()
+	for _, h := range c.Hier {
+		dir := filepath.Join(h.Mount, rel)
+		switch {
+		case h.V2():
+			if err := linuxhost.EnableControllers(h.Mount, rel, []string{"cpu"}); err != nil {
+				return err
+			}
+			f := filepath.Join(dir, "cpu.weight")
+			if _, err := os.Stat(f); err != nil {
+				continue // cpu not offered in cgroup2 here
+			}
+			if err := os.WriteFile(f, []byte(strconv.Itoa(ControlPlaneCPUShares*100/1024)), 0o644); err != nil {
+				return fmt.Errorf("control plane cpu.weight: %w", err)
+			}
+		case slices.Contains(h.Controllers, "cpu"):
+			if err := os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(strconv.Itoa(ControlPlaneCPUShares)), 0o644); err != nil {
+				return fmt.Errorf("control plane cpu.shares: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // Remove kills every process in the cluster's cgroups and removes them in

@@ -480,6 +480,18 @@ func checkProcessCgroups(t *testing.T, cfg *Config) {
 	if seen == 0 {
 		t.Error("no cluster process found in any cgroup hierarchy")
 	}
+	hs, err := linuxhost.Hierarchies()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if slices.Contains(h.Controllers, "cpu") {
+			f := filepath.Join(h.Mount, cfg.CgroupName, "control-plane", "cpu.shares")
+			if b, err := os.ReadFile(f); err != nil || strings.TrimSpace(string(b)) != fmt.Sprint(ControlPlaneCPUShares) {
+				t.Errorf("%s = %q (%v), want %d", f, b, err, ControlPlaneCPUShares)
+			}
+		}
+	}
 }
 
 // checkClean fails if anything the cluster makes is left on the machine.

@@ -86,12 +86,10 @@ func (s State) startProc(spec ProcSpec) (*Proc, error) {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	for _, dir := range spec.V1Cgroups {
-		if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(p.Pid)), 0o644); err != nil {
-			_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
-			<-p.done
-			return nil, fmt.Errorf("move %s into cgroup %s: %w", spec.Name, dir, err)
-		}
+	if err := linuxhost.Enter(p.Pid, spec.V1Cgroups); err != nil {
+		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
+		<-p.done
+		return nil, fmt.Errorf("%s: %w", spec.Name, err)
 	}
 	if err := writePidFile(s.PidPath(spec.Name), p.Pid); err != nil {
 		_ = syscall.Kill(-p.Pid, syscall.SIGKILL)
