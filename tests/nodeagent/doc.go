@@ -40,7 +40,8 @@
 //     secretKeyRef, envFrom, and $(VAR) expansion as the kubelet does, on top
 //     of KUBERNETES_SERVICE_HOST/PORT from --apiserver-host/--apiserver-port.
 //   - Probes: readiness httpGet and tcpSocket with initialDelay, period and
-//     thresholds (probed every 500ms until the first success).
+//     thresholds (until the first success, probed 10ms after start and then
+//     at doubling intervals up to 500ms).
 //   - Lifetime: containers lead their own process group and get SIGKILL when
 //     the agent dies (PR_SET_PDEATHSIG); exits restart per restartPolicy with
 //     the kubelet's backoff (10s doubling to 5m); a deleted pod gets SIGTERM,

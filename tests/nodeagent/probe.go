@@ -20,14 +20,17 @@ type prober struct {
 	liveness bool
 	podIP    string
 	ports    []corev1.ContainerPort
-	// eagerPeriod is the probe period until the first success: a fresh pod
-	// becomes Ready within a second of listening rather than a whole period
-	// later (the kubelet waits the period; only start-up is faster here).
-	eagerPeriod time.Duration
+	// Until the first success the probe runs eagerly: first after
+	// eagerFirst, then at doubling intervals up to eagerPeriod (never above
+	// the probe's period). A fresh pod becomes Ready within a few
+	// milliseconds of listening rather than a whole period later (the
+	// kubelet waits the period; only start-up is faster here), and a slow
+	// starter costs a handful of probes.
+	eagerFirst, eagerPeriod time.Duration
 }
 
 func newProber(p *corev1.Probe, podIP string, ports []corev1.ContainerPort) *prober {
-	return &prober{probe: p, podIP: podIP, ports: ports, eagerPeriod: 500 * time.Millisecond}
+	return &prober{probe: p, podIP: podIP, ports: ports, eagerFirst: 10 * time.Millisecond, eagerPeriod: 500 * time.Millisecond}
 }
 
 func newLivenessProber(p *corev1.Probe, podIP string, ports []corev1.ContainerPort) *prober {
@@ -49,6 +52,7 @@ func (p *prober) run(ctx context.Context, report func(bool)) {
 	wait := time.Duration(pr.InitialDelaySeconds) * time.Second
 	ready := p.liveness
 	succ, fail := 0, 0
+	eager := p.eagerFirst
 	for {
 		select {
 		case <-ctx.Done():
@@ -77,9 +81,17 @@ func (p *prober) run(ctx context.Context, report func(bool)) {
 		}
 		wait = period
 		if !ready && !p.liveness {
-			wait = min(period, p.eagerPeriod)
+			wait, eager = eagerWait(period, p.eagerPeriod, eager)
 		}
 	}
+}
+
+// eagerWait is the wait before the next probe of a container not Ready yet,
+// and the eager interval after it: eager doubles up to eagerPeriod, and
+// neither ever exceeds the probe's period.
+func eagerWait(period, eagerPeriod, eager time.Duration) (wait, next time.Duration) {
+	wait = min(period, eagerPeriod, max(eager, time.Millisecond))
+	return wait, min(2*wait, eagerPeriod)
 }
 
 func secondsOr(s int32, def int) time.Duration {
