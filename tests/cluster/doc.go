@@ -16,7 +16,9 @@
 // namespaces have no default route: nothing a pod sends can leave the
 // machine. Node N's cgroup is /skipper/node<N> in the cgroup2 hierarchy and
 // in the v1 hierarchies of cpu, cpuacct, memory and pids (Cgroups); its
-// agent nests the pods' cgroups under it.
+// agent nests the pods' cgroups under it, and runs, with kube-proxy, in
+// /skipper/node<N>/system. The control plane runs in /skipper/control-plane,
+// at a quarter of a node's CPU weight (see Cgroups).
 //
 // Everything a run makes on disk lives under the state directory (.skipper/
 // in the repository): the PKI and kubeconfigs (.skipper/pki, .skipper/kubeconfig
