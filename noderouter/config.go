@@ -443,7 +443,7 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	}
 	str(&c.Listen, "listen", "data-plane address; the DaemonSet passes $(HOST_IP):8380")
 	str(&c.AdminListen, "admin-listen", "address of /metrics, /healthz and /readyz; the DaemonSet passes $(HOST_IP):8381")
-	str(&c.Mode, "mode", "daemonset (one router per node) or sidecar (in the caller's pod: --listen and --admin-listen default to 127.0.0.1:8380/8381 and must be loopback, no --local-address, --bpf=off, no cgroup reading)")
+	str(&c.Mode, "mode", "daemonset (one router per node) or sidecar (in the caller's pod: --listen and --admin-listen default to 127.0.0.1:8380/8381, --listen must be loopback while --admin-listen may be the pod IP for the kubelet's probes, no --local-address, --bpf=off, no cgroup reading)")
 	str(&c.NodeName, "node-name", "node this router serves (downward API spec.nodeName); labels metrics, identifies the router", "NODE_NAME")
 	str(&c.PodName, "pod-name", "router pod's name (downward API metadata.name); required: controllers key the router's stream by it", "POD_NAME")
 	str(&c.PodNamespace, "pod-namespace", "router pod's namespace (downward API metadata.namespace)", "POD_NAMESPACE")

@@ -114,8 +114,9 @@
 //
 // Modes: --mode=daemonset (one router per node, hostNetwork) or
 // --mode=sidecar (a container in a caller's pod): one code path; a sidecar
-// listens on loopback only (--listen/--admin-listen default to
-// 127.0.0.1:8380/8381 and must be loopback), keeps no node-local address,
+// serves calls on loopback only (--listen defaults to 127.0.0.1:8380 and
+// must be loopback; --admin-listen defaults to 127.0.0.1:8381 and may be
+// the pod IP, where the kubelet probes it), keeps no node-local address,
 // runs --bpf=off and reads no cgroups, and says mode "sidecar" in its
 // Hello.
 //

@@ -57,8 +57,21 @@ func TestSidecarRouter(t *testing.T) {
 	if !strings.Contains(body, `"function":"default/echo"`) {
 		t.Errorf("answer through the sidecar is not the echo function's: %s", body)
 	}
-	// The sidecar's metrics, on the pod's loopback: it served the call.
-	code, metrics, err := curlFrom(app, "http://127.0.0.1:8381/metrics")
+	// The kubelet's probes reach the sidecar's admin port on the pod IP:
+	// the pod turns Ready only through its readiness probe.
+	eventually(t, time.Minute, "the caller pod Ready (the sidecar's readiness probe on the pod IP)", func(ctx context.Context) error {
+		p, err := env.kube.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !podReady(*p) {
+			return fmt.Errorf("pod %s not Ready", p.Name)
+		}
+		pod = p
+		return nil
+	})
+	// The sidecar's metrics, on the pod IP: it served the call.
+	code, metrics, err := curlFrom(app, "http://"+pod.Status.PodIP+":8381/metrics")
 	if err != nil || code != 200 {
 		t.Fatalf("sidecar metrics: %d, %v", code, err)
 	}
