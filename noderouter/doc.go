@@ -120,8 +120,8 @@
 // runs --bpf=off and reads no cgroups, and says mode "sidecar" in its
 // Hello.
 //
-// Not yet (issue
-// 6): discovering --bpf-vips from the skipper Service, sk_msg redirection
-// (skipper_noderouter_bpf_redirects_total stays 0), using
-// bpf.OriginalDestination in the proxy.
+// Not used: bpf.OriginalDestination in the proxy. The function comes from
+// the request (header or Host), never from the address the caller dialled,
+// so a steered connection and one to the node-local address or node IP are
+// served alike.
 package noderouter
