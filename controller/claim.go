@@ -392,11 +392,15 @@ func (c *controller) deleteOrphans(ctx context.Context, key string, pods []*core
 		err := c.core.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
 			Preconditions: &metav1.Preconditions{UID: &uid},
 		})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		switch {
+		case err == nil:
+			c.log.Info("deleted orphaned instance: labelled for the function, owned by no Function",
+				"function", key, "pod", p.Namespace+"/"+p.Name)
+		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+			// gone already, or another pod by that name: the informer will tell
+		default:
 			return fmt.Errorf("delete orphaned instance %s/%s of function %s: %w", p.Namespace, p.Name, key, err)
 		}
-		c.log.Info("deleted orphaned instance: labelled for the function, owned by no Function",
-			"function", key, "pod", p.Namespace+"/"+p.Name)
 	}
 	return nil
 }
