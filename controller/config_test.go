@@ -4,17 +4,15 @@ import (
 	"bytes"
 	"errors"
 	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+	"skipper.dev/skipper/tests/golden"
+)
 
 func env(kv map[string]string) func(string) string {
 	return func(k string) string { return kv[k] }
@@ -26,19 +24,7 @@ func TestHelpGolden(t *testing.T) {
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("ParseConfig(--help) error = %v, want flag.ErrHelp", err)
 	}
-	golden := filepath.Join("testdata", "help.golden")
-	if *update {
-		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("--help differs from %s (-want +got); run go test -update if intended:\n%s", golden, diff)
-	}
+	golden.Check(t, "help.golden", out.Bytes())
 }
 
 func TestRunHelpReturnsNil(t *testing.T) {

@@ -5,35 +5,21 @@ import (
 	"errors"
 	"flag"
 	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+	"skipper.dev/skipper/tests/golden"
+)
 
 func TestHelpGolden(t *testing.T) {
 	var out bytes.Buffer
 	if err := Run(t.Context(), []string{"--help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "help.golden")
-	if *update {
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -run TestHelpGolden -update)", err)
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("--help differs from %s (-want +got; refresh with -update):\n%s", path, diff)
-	}
+	golden.Check(t, "help.golden", out.Bytes())
 }
 
 // fromEnv is what TestParseConfig's environment sets.
@@ -189,19 +175,7 @@ func TestCleanupHelpGolden(t *testing.T) {
 	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join("testdata", "bpf-cleanup-help.golden")
-	if *update {
-		if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -run TestCleanupHelpGolden -update)", err)
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("bpf-cleanup --help differs from %s (-want +got; refresh with -update):\n%s", path, diff)
-	}
+	golden.Check(t, "bpf-cleanup-help.golden", out.Bytes())
 }
 
 func TestParseCleanupConfig(t *testing.T) {

@@ -3,15 +3,13 @@ package cluster
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-)
 
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+	"skipper.dev/skipper/tests/golden"
+)
 
 func TestHelpGolden(t *testing.T) {
 	for _, k := range []string{"SKIPPER_REPO", "SKIPPER_STATE_DIR", "SKIPPER_BIN_DIR", "SKIPPER_NODES", "SKIPPER_READY_FUNCTION",
@@ -23,19 +21,7 @@ func TestHelpGolden(t *testing.T) {
 	if err := Run(context.Background(), []string{"--help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "help.golden")
-	if *update {
-		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("--help (-want +got):\n%s", diff)
-	}
+	golden.Check(t, "help.golden", out.Bytes())
 }
 
 func TestEnvFormat(t *testing.T) {

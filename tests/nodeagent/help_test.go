@@ -3,16 +3,12 @@ package nodeagent
 import (
 	"bytes"
 	"context"
-	"flag"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"skipper.dev/skipper/tests/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files in testdata/")
 
 func TestHelpGolden(t *testing.T) {
 	for _, kv := range os.Environ() {
@@ -25,20 +21,7 @@ func TestHelpGolden(t *testing.T) {
 	if err := Run(context.Background(), []string{"--help"}, &out); err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "help.golden")
-	if *update {
-		os.MkdirAll("testdata", 0o755)
-		if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if diff := cmp.Diff(string(want), out.String()); diff != "" {
-		t.Errorf("--help (-want +got):\n%s", diff)
-	}
+	golden.Check(t, "help.golden", out.Bytes())
 }
 
 func TestConfigValidate(t *testing.T) {
