@@ -281,11 +281,6 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 	case <-ctx.Done():
 		return nil, fmt.Errorf("claim for function %s: waiting for a claim slot: %w", fn.Key(), ctx.Err())
 	}
-	if c.dials != nil && p.Status.PodIP != "" {
-		// The handshake happens while the patch is in flight.
-		release := c.dials.start(ctx, net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))))
-		defer release()
-	}
 	start := time.Now()
 	claimed, err := c.claimPod(ctx, p, fn, claimInfo{At: start, Router: router})
 	if err != nil {

@@ -41,11 +41,8 @@ type controller struct {
 	pubPEM  []byte
 	metrics *metrics
 	http    *http.Client // to instances' assign endpoints
-	// dials opens the assign connection while the claim patch is in
-	// flight; nil when http does not dial through it (tests).
-	dials *dialAhead
-	fwd   *forwarder
-	hub   *hub
+	fwd     *forwarder
+	hub     *hub
 
 	ring atomic.Pointer[ring.Ring] // nil while no member is ready
 
@@ -154,7 +151,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		key:     key,
 		pubPEM:  pub,
 		metrics: m,
-		dials:   newDialAhead(cfg.AssignTimeout),
+		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		fwd:     newForwarder(),
 		hub:     newHub(),
 		nsQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -173,7 +170,6 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		statusAt:   map[string]time.Time{},
 		owned:      map[string]bool{},
 	}
-	c.http = &http.Client{Transport: &http.Transport{DisableKeepAlives: true, DialContext: c.dials.DialContext}}
 	c.addHandlers()
 	return c, nil
 }

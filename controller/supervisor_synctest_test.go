@@ -65,7 +65,6 @@ func fakeTimeController(t *testing.T) (e *testEnv, c *controller, cfg Config, as
 		t.Fatal(err)
 	}
 	assigned = &atomic.Int32{}
-	c.dials = nil // instances answer in memory: no sockets on fake time
 	c.http = &http.Client{Transport: roundTripFunc(func(r *http.Request) (*http.Response, error) {
 		if r.URL.Path != assign.Path {
 			return nil, fmt.Errorf("unexpected request %s", r.URL)
