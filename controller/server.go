@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 
@@ -206,9 +207,23 @@ func (s *server) releaseInstance(ctx context.Context, req *skipperv1.ReleaseInst
 	}
 	pods := c.cache.functionPods(ns, name)
 	pods = append(pods, c.assumedPods(key, pods, time.Now())...)
-	i := slices.IndexFunc(pods, func(p *corev1.Pod) bool { return string(p.UID) == req.GetPodUid() && ownedBy(p, fn) })
+	match := func(p *corev1.Pod) bool { return string(p.UID) == req.GetPodUid() && ownedBy(p, fn) }
+	i := slices.IndexFunc(pods, match)
 	if i < 0 {
-		return nil, withReason(ErrInstanceNotFound, "function %s has no instance with pod UID %s", key, req.GetPodUid())
+		// The previous owner may have claimed it moments ago, before
+		// ownership moved here and before this replica's informer saw the
+		// claim: ask the API server before refusing.
+		live, err := c.core.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + name})
+		if err != nil {
+			return nil, fmt.Errorf("ReleaseInstance: list instances of %s: %w", key, err)
+		}
+		pods = make([]*corev1.Pod, 0, len(live.Items))
+		for j := range live.Items {
+			pods = append(pods, &live.Items[j])
+		}
+		if i = slices.IndexFunc(pods, match); i < 0 {
+			return nil, withReason(ErrInstanceNotFound, "function %s has no instance with pod UID %s", key, req.GetPodUid())
+		}
 	}
 	pod := pods[i]
 	if holder := pod.Annotations[annOneshotRouter]; holder != req.GetRouter().GetPod() {

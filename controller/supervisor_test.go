@@ -696,3 +696,38 @@ func TestInstanceSeriesRewrittenAfterForget(t *testing.T) {
 	c.forget("default/hello", false, false)
 	eventually(t, "instance series written again after forget", func() bool { return series() > 0 })
 }
+
+// TestReleaseOfInstanceClaimedBeforeOwnershipMoved: the replica that owns a
+// oneshot function now honours the release of an instance it has never
+// seen (the previous owner claimed it moments before the ring changed, and
+// this replica's informer does not show the claim yet): it reads the pod
+// from the API server instead of refusing.
+func TestReleaseOfInstanceClaimedBeforeOwnershipMoved(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("once", "echo")
+	fn.Spec.Oneshot = true
+	e.add(poolDeploy("echo"), fn)
+	staleInformer(e) // this replica's pod informer never hears of the claim
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	e.add(poolPod("claimed-elsewhere", "echo", claimedBy(fn), annotated(annOneshotRouter, router.GetPod())))
+
+	release := func(who *skipperv1.RouterIdentity) error {
+		_, err := r.client.ReleaseInstance(t.Context(), &skipperv1.ReleaseInstanceRequest{
+			Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"},
+			Router:   who,
+			PodUid:   "uid-claimed-elsewhere",
+		})
+		return err
+	}
+	other := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-b", Incarnation: "i1"}
+	if err := release(other); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("release by another router = %v, want PermissionDenied", err)
+	}
+	if err := release(router); err != nil {
+		t.Fatalf("release by its router of an instance this replica's cache lacks: %v", err)
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), "claimed-elsewhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("released pod: err = %v, want NotFound", err)
+	}
+}
