@@ -39,6 +39,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -86,20 +87,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *n < 1 {
 		return fmt.Errorf("-n must be at least 1, got %d", *n)
 	}
-	env, err := cluster.ReadEnv(*envFile)
-	if err != nil {
-		return fmt.Errorf("read %s (is a cluster up?): %w", *envFile, err)
-	}
-	for _, k := range []string{"KUBECONFIG", "ROUTER_URL"} {
-		if env[k] == "" {
-			return fmt.Errorf("%s: %s is not set", *envFile, k)
-		}
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	env, cfg, cs, err := attach(*envFile, "ROUTER_URL")
 	if err != nil {
 		return err
 	}
@@ -165,6 +153,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "  first call (%s): %s\n", what, summary(cold))
 	fmt.Fprintf(stdout, "  second call (warm):     %s\n", summary(warm))
 	return nil
+}
+
+// attach reads the local cluster's env file, checks that it sets KUBECONFIG
+// and each of need, and returns it with a client of the cluster.
+func attach(envFile string, need ...string) (map[string]string, *rest.Config, kubernetes.Interface, error) {
+	env, err := cluster.ReadEnv(envFile)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("read %s (is a cluster up?): %w", envFile, err)
+	}
+	for _, k := range append([]string{"KUBECONFIG"}, need...) {
+		if env[k] == "" {
+			return nil, nil, nil, fmt.Errorf("%s: %s is not set", envFile, k)
+		}
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("kubeconfig: %w", err)
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return env, cfg, cs, nil
 }
 
 // call makes one GET through the router and returns its latency; anything

@@ -16,8 +16,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
@@ -57,15 +55,7 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if *n < 1 || *node < 1 {
 		return fmt.Errorf("-n and -node must be at least 1")
 	}
-	env, err := cluster.ReadEnv(*envFile)
-	if err != nil {
-		return fmt.Errorf("read %s (is a cluster up?): %w", *envFile, err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", env["KUBECONFIG"])
-	if err != nil {
-		return fmt.Errorf("kubeconfig: %w", err)
-	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	_, _, cs, err := attach(*envFile)
 	if err != nil {
 		return err
 	}
