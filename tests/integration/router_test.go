@@ -271,6 +271,64 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 	}
 }
 
+// load calls a function from worker goroutines until stopped, counting
+// calls, failures and the answers of each pod.
+type load struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	sent   int
+	failed int
+	byPod  map[string]int
+}
+
+// startLoad calls fn at path from workers goroutines, each pausing pause
+// between calls, until stop (or the test's end).
+func startLoad(t *testing.T, fn, path string, workers int, pause time.Duration) *load {
+	ctx, cancel := context.WithCancel(t.Context())
+	l := &load{cancel: cancel, byPod: map[string]int{}}
+	for range workers {
+		l.wg.Go(func() {
+			for ctx.Err() == nil {
+				_, uid, err := call(ctx, fn, path)
+				if ctx.Err() != nil {
+					return
+				}
+				l.mu.Lock()
+				l.sent++
+				if err != nil {
+					l.failed++
+					t.Logf("request failed: %v", err)
+				} else {
+					l.byPod[uid]++
+				}
+				l.mu.Unlock()
+				if pause > 0 {
+					time.Sleep(pause)
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { l.stop() })
+	return l
+}
+
+// answersFrom is how many calls the pod with uid has answered so far.
+func (l *load) answersFrom(uid string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byPod[uid]
+}
+
+// stop ends the load, waits for the calls in flight, and returns the counts.
+func (l *load) stop() (sent, failed int) {
+	l.cancel()
+	l.wg.Wait()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sent, l.failed
+}
+
 // TestInstanceKilledMidLoadLosesNoIdempotentRequest kills one of two
 // instances (its pod deleted with no grace period: the process dies at
 // once) under concurrent GET load with requests in flight on it: every
@@ -285,41 +343,11 @@ func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 	victim := pods.Items[0]
 
 	const workers = 8
-	ctx, stop := context.WithCancel(t.Context())
-	var load sync.WaitGroup
-	var mu sync.Mutex
-	var sent, failed int
-	var victimAnswers int
-	for range workers {
-		load.Go(func() {
-			for ctx.Err() == nil {
-				_, uid, err := call(ctx, fn, "/?sleep=100ms")
-				if ctx.Err() != nil {
-					return
-				}
-				mu.Lock()
-				sent++
-				if err != nil {
-					failed++
-					t.Logf("request failed: %v", err)
-				}
-				if uid == string(victim.UID) {
-					victimAnswers++
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	defer func() {
-		stop()
-		load.Wait()
-	}()
+	load := startLoad(t, fn, "/?sleep=100ms", workers, 0)
 	// Kill while requests are in flight on the victim.
 	eventually(t, 10*time.Second, "the victim serving under load", func(context.Context) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if victimAnswers < workers {
-			return fmt.Errorf("%d answers from the victim", victimAnswers)
+		if n := load.answersFrom(string(victim.UID)); n < workers {
+			return fmt.Errorf("%d answers from the victim", n)
 		}
 		return nil
 	})
@@ -329,10 +357,7 @@ func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 		t.Fatalf("kill %s: %v", victim.Name, err)
 	}
 	time.Sleep(3 * time.Second) // load across the death and the controller's reaction
-	stop()
-	load.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	sent, failed := load.stop()
 	t.Logf("%d GET requests, %d retries by the router around the kill", sent, int(metric(t, "skipper_noderouter_retries_total", nil)-retries))
 	if failed > 0 {
 		t.Errorf("%d of %d idempotent requests failed when an instance was killed", failed, sent)
@@ -363,30 +388,7 @@ func TestControllerRestart(t *testing.T) {
 		t.Fatalf("owner %q: %v", old, err)
 	}
 
-	ctx, stop := context.WithCancel(t.Context())
-	var load sync.WaitGroup
-	var mu sync.Mutex
-	var sent, failed int
-	load.Go(func() {
-		for ctx.Err() == nil {
-			_, _, err := call(ctx, fn, "/")
-			if ctx.Err() != nil {
-				return
-			}
-			mu.Lock()
-			sent++
-			if err != nil {
-				failed++
-				t.Logf("request failed: %v", err)
-			}
-			mu.Unlock()
-			time.Sleep(10 * time.Millisecond)
-		}
-	})
-	defer func() {
-		stop()
-		load.Wait()
-	}()
+	load := startLoad(t, fn, "/", 1, 10*time.Millisecond)
 
 	if err := env.kube.CoreV1().Pods("skipper-system").Delete(t.Context(), old, metav1.DeleteOptions{}); err != nil {
 		t.Fatalf("delete controller %s: %v", old, err)
@@ -420,10 +422,7 @@ func TestControllerRestart(t *testing.T) {
 		}
 		return nil
 	})
-	stop()
-	load.Wait()
-	mu.Lock()
-	defer mu.Unlock()
+	sent, failed := load.stop()
 	t.Logf("owner %s → %s; %d requests during the restart", old, next, sent)
 	if failed > 0 {
 		t.Errorf("%d of %d warm requests failed while the owning controller restarted", failed, sent)
