@@ -14,31 +14,42 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: bench-vip bench-coldstart bpf-generate deps build kube tools generate verify test unit e2e up down lint clean
+.PHONY: bench-vip bench-coldstart bpf-generate deps build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+# One line per step on screen, the tools' own output in bin/log/<step>.log.
+STEP := bash .ci/step
 
 ## deps: Debian packages and the bpffs mount the tests and the cluster need (root)
 deps:
-	@bash .ci/install
+	@$(STEP) deps "installing Debian packages (.ci/install)" -- bash .ci/install
 
 ## build: the Skipper binaries and the local cluster's tools into bin/
 build:
+	@$(STEP) -p build "building Skipper" -- $(MAKE) --no-print-directory build-bins
+build-bins:
 	@mkdir -p $(BIN)
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./cmd/,$(SKIPPER_BINS))
-	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./tests/cmd/,$(TEST_BINS))
-	cd tests/promql && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-promql
+	CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./cmd/,$(SKIPPER_BINS))
+	CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./tests/cmd/,$(TEST_BINS))
+	cd tests/promql && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-promql
 
-## kube: the Kubernetes multi-call binary from the nested module (cold: ~20 min)
+## kube: the Kubernetes multi-call binary from the nested module (cold: ~15 min)
 kube: $(BIN)/kube
 $(BIN)/kube: tests/kube/go.mod tests/kube/go.sum tests/kube/main.go
 	@mkdir -p $(BIN)
-	cd tests/kube && CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/kube.tmp .
-	mv $(BIN)/kube.tmp $(BIN)/kube
-	for t in $(KUBE_TOOLS); do ln -sf kube $(BIN)/$$t; done
+	@$(STEP) -p kube "building Kubernetes $(KUBE_VERSION) from its Go modules (once, about 15 minutes on 2 cores)" -- \
+		bash -c 'cd tests/kube && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags "$(KUBE_LDFLAGS)" -o $(BIN)/kube.tmp .'
+	@mv $(BIN)/kube.tmp $(BIN)/kube
+	@for t in $(KUBE_TOOLS); do ln -sf kube $(BIN)/$$t; done
 
-## tools: code generators pinned in go.mod's tool block
+## tools: code generators pinned in go.mod's tool block, and buf (it carries the
+## protobuf well-known types: no host protoc) pinned in the nested module
+## proto/tools, kept out of the product's module graph
 tools:
+	@$(STEP) -p tools "building the code generators (controller-gen, bpf2go, protoc-gen-go(-grpc), buf)" -- \
+		$(MAKE) --no-print-directory tools-bins
+tools-bins:
 	@mkdir -p $(TOOLS)
-	GOBIN=$(TOOLS) $(GO) install tool
+	GOBIN=$(TOOLS) $(GO) install -v tool
+	cd proto/tools && GOBIN=$(TOOLS) $(GO) install -v tool
 
 ## bpf-generate: compile bpf/steer.c (clang-14, llvm-strip-14) into the committed bpf2go outputs
 bpf-generate:
