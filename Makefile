@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: bench-vip bench-coldstart bpf-generate deps build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -78,12 +78,23 @@ unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /tests/)
 	cd tests/promql && $(GO) test -count=1 ./...
 
+## fuzz: every fuzz target (func Fuzz* in a _test.go of the main module) for
+## FUZZTIME each, starting from its committed corpus in testdata/fuzz
+FUZZTIME ?= 5s
+fuzz:
+	@set -e; for f in $$(git ls-files '*_test.go' | grep -v '^tests/' | xargs grep -l '^func Fuzz'); do \
+		for n in $$(sed -n 's/^func \(Fuzz[A-Za-z0-9_]*\)(.*/\1/p' $$f); do \
+			echo "fuzz ./$$(dirname $$f) $$n ($(FUZZTIME))"; \
+			$(GO) test -run '^$$' -fuzz "^$$n$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) >/dev/null || \
+				{ $(GO) test -run '^$$' -fuzz "^$$n$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f); exit 1; }; \
+		done; done
+
 ## e2e: tests against the local cluster (starts one if none runs; root)
 e2e: build kube
 	$(GO) test -p 1 -count=1 -timeout 40m ./tests/...
 
-## test: everything (root): verify, vet, unit and e2e
-test: deps verify lint unit e2e
+## test: everything (root): verify, vet, unit, a short fuzz of every target, e2e
+test: deps verify lint unit fuzz e2e
 
 ## bench-coldstart: first-call latency of 50 fresh Functions from a warm pool
 ## (needs a running cluster: make up in another shell)
@@ -94,6 +105,12 @@ bench-coldstart: build
 ## VIP, via kube-proxy, and to the router directly (needs a running cluster)
 bench-vip: build
 	$(BIN)/skipper-bench vip -n 2000
+
+## bench-soak: 10 minutes of 500 Functions created and deleted while calls run;
+## router and controller RSS and goroutines must end within 10% of the start
+## (needs a running cluster; not part of make test)
+bench-soak: build
+	$(BIN)/skipper-bench soak
 
 ## up: the local cluster in the foreground with the demo function (root)
 up: deps build kube

@@ -17,7 +17,11 @@
 //     sleep=<duration> / X-Echo-Sleep (bounded by --max-sleep, ends early when
 //     the caller goes away), status=<code> / X-Echo-Status (answer with that
 //     status), fail=1 / X-Echo-Fail (drop the connection without an answer,
-//     for retry tests). Query parameters win over headers.
+//     for retry tests), cut=1 / X-Echo-Cut (send the headers and half the
+//     body, then drop the connection), stall=<duration> / X-Echo-Stall (send
+//     the headers and half the body, wait, then the rest; bounded by
+//     --max-sleep, ends early when the caller goes away). Query parameters
+//     win over headers.
 //
 // The assignment lives in memory only: a restarted container is unassigned,
 // which the controller detects and retires the pod. SIGTERM shuts the server

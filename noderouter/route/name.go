@@ -52,7 +52,9 @@ func ParseHeader(v, defaultNamespace string) (Ref, error) {
 // ".fn" (it names no function); err is set when it does but is malformed.
 func ParseHost(host string) (r Ref, ok bool, err error) {
 	h := host
-	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+	// Only a numeric port is cut off: "echo.default.fn:\xad" is not a
+	// function host with a port (FuzzParseHost).
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && isDigits(h[i+1:]) {
 		h = h[:i]
 	}
 	h = strings.TrimSuffix(h, ".")
@@ -85,6 +87,16 @@ func isDNSLabel(s string) bool {
 		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
 		case c == '-' && i > 0 && i < len(s)-1:
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// isDigits reports whether s is empty or only ASCII digits.
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
 			return false
 		}
 	}

@@ -196,10 +196,20 @@ func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 			return // the caller is gone; nobody reads an answer
 		}
 	}
-	if v := control(r, "fail", "X-Echo-Fail"); v != "" && v != "0" && v != "false" {
+	if on(control(r, "fail", "X-Echo-Fail")) {
 		// Drops the connection (HTTP/1) or resets the stream (HTTP/2) without
 		// an answer; net/http does not log this sentinel.
 		panic(http.ErrAbortHandler)
+	}
+	cut := on(control(r, "cut", "X-Echo-Cut"))
+	var stall time.Duration
+	if v := control(r, "stall", "X-Echo-Stall"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, "bad_stall", fmt.Sprintf("stall %q: want a non-negative duration such as 250ms", v))
+			return
+		}
+		stall = min(d, s.cfg.MaxSleep)
 	}
 
 	resp := Response{
@@ -216,8 +226,37 @@ func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 		resp.Function = a.Function
 		resp.Config = a.Request.Config
 	}
-	writeJSON(w, status, resp)
+	if !cut && stall == 0 {
+		writeJSON(w, status, resp)
+		return
+	}
+	// A response that breaks, or stalls, after its headers and half its
+	// body: what a proxy must survive without leaking what it holds.
+	b, err := json.Marshal(resp)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, "encode", err.Error())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	_, _ = w.Write(b[:len(b)/2])
+	_ = http.NewResponseController(w).Flush()
+	if cut {
+		panic(http.ErrAbortHandler)
+	}
+	t := time.NewTimer(stall)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+		return
+	}
+	_, _ = w.Write(b[len(b)/2:])
 }
+
+// on reads a boolean knob: set and not "0" or "false".
+func on(v string) bool { return v != "" && v != "0" && v != "false" }
 
 type errorBody struct {
 	Error  string `json:"error"`

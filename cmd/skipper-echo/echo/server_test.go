@@ -265,6 +265,43 @@ func TestEchoFail(t *testing.T) {
 	}
 }
 
+func TestEchoCutAndStall(t *testing.T) {
+	f := newFixture(t, true)
+	t.Run("cut", func(t *testing.T) {
+		resp, err := f.ts.Client().Get(f.ts.URL + "/?cut=1")
+		if err != nil {
+			t.Fatalf("cut=1: want headers, got %v", err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("cut=1 answered %d", resp.StatusCode)
+		}
+		b, err := io.ReadAll(resp.Body)
+		if err == nil {
+			t.Fatalf("cut=1: read the whole body (%d bytes), want it broken", len(b))
+		}
+		if len(b) == 0 || int64(len(b)) >= resp.ContentLength {
+			t.Errorf("cut=1: read %d of %d bytes, want half", len(b), resp.ContentLength)
+		}
+	})
+	t.Run("stall", func(t *testing.T) {
+		start := time.Now()
+		resp, err := f.ts.Client().Get(f.ts.URL + "/?stall=200ms")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		headers := time.Since(start)
+		var got Response
+		if err := json.NewDecoder(resp.Body).Decode(&got); err != nil {
+			t.Fatalf("stall: body: %v", err)
+		}
+		if total := time.Since(start); headers >= 200*time.Millisecond || total < 200*time.Millisecond {
+			t.Errorf("stall=200ms: headers after %s, body after %s; want headers first, body after the stall", headers, total)
+		}
+	})
+}
+
 func TestHealthz(t *testing.T) {
 	f := newFixture(t, false)
 	resp, err := f.ts.Client().Get(f.ts.URL + "/healthz")

@@ -4,6 +4,7 @@
 //
 //	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
+//	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
 // the cluster is quiet (the pool has a ready warm pod and none starting, the
@@ -18,6 +19,15 @@
 // vip compares, for a caller on one node, the skipper Service VIP steered by
 // BPF, the VIP through kube-proxy, and the router's addresses dialled
 // directly: connect+request latency p50/p99 and requests/s (see vip.go).
+//
+// soak is issue 13's soak (see soak.go): while callers call default/echo
+// through the router without pause, it creates Functions in batches on the
+// pool, calls each once, and deletes them, spreading -functions over -d.
+// It reads the RSS and goroutine count of node 1's router and of each
+// controller replica (ROUTER_METRICS_URL, CONTROLLER_METRICS_URLS) after a
+// warm-up and again -settle after the loop, prints a markdown table of
+// both with PASS/FAIL against ±10% (goroutines: or ±20), and exits
+// non-zero when a process is outside the bound.
 package main
 
 import (
@@ -64,10 +74,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runVIP(ctx, args[1:], stdout, stderr)
 		case "vip-client":
 			return runVIPClient(ctx, args[1:], stdout, stderr)
+		case "soak":
+			return runSoak(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "coldstart" {
-		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|vip [flags]   (skipper-bench coldstart --help)")
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|vip|soak [flags]   (skipper-bench coldstart --help)")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)
