@@ -2,11 +2,16 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 )
@@ -68,4 +73,99 @@ func TestEnsureKeyConfigMap(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestDeleteKeyConfigMap(t *testing.T) {
+	cm := func(uid string, labels map[string]string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+			Namespace: "gone", Name: v1alpha1.AssignKeyConfigMap, UID: types.UID(uid), Labels: labels,
+		}}
+	}
+	ours := map[string]string{managedByLabel: managedByValue}
+	tests := []struct {
+		name        string
+		live        *corev1.ConfigMap // in the API
+		cached      *corev1.ConfigMap // in the informer
+		wantDeleted bool
+		wantLive    bool
+	}{
+		{name: "none cached: nothing to do"},
+		{name: "ours: deleted", live: cm("u1", ours), cached: cm("u1", ours), wantDeleted: true},
+		{name: "not ours: kept", live: cm("u1", nil), cached: cm("u1", nil), wantLive: true},
+		{name: "another manager's label: kept", live: cm("u1", map[string]string{managedByLabel: "helm"}),
+			cached: cm("u1", map[string]string{managedByLabel: "helm"}), wantLive: true},
+		{name: "re-created since cached: the UID precondition keeps it", live: cm("u2", ours), cached: cm("u1", ours), wantLive: true},
+		{name: "gone already", cached: cm("u1", ours)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			core := fake.NewClientset()
+			if tt.live != nil {
+				if err := core.Tracker().Add(tt.live); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The fake tracker ignores preconditions: check the one sent as
+			// the API server does.
+			core.PrependReactor("delete", "configmaps", func(a k8stesting.Action) (bool, runtime.Object, error) {
+				da := a.(k8stesting.DeleteActionImpl)
+				obj, err := core.Tracker().Get(a.GetResource(), da.GetNamespace(), da.GetName())
+				if err != nil {
+					return false, nil, nil
+				}
+				pre := da.GetDeleteOptions().Preconditions
+				if pre == nil || pre.UID == nil {
+					t.Error("delete without a UID precondition")
+				} else if *pre.UID != obj.(*corev1.ConfigMap).UID {
+					return true, nil, apierrors.NewConflict(a.GetResource().GroupResource(), da.GetName(), errors.New("UID precondition failed"))
+				}
+				return false, nil, nil
+			})
+			deleted, err := deleteKeyConfigMap(context.Background(), core, tt.cached)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if deleted != tt.wantDeleted {
+				t.Errorf("deleted = %v, want %v", deleted, tt.wantDeleted)
+			}
+			_, err = core.CoreV1().ConfigMaps("gone").Get(context.Background(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+			if live := err == nil; live != tt.wantLive {
+				t.Errorf("ConfigMap live = %v (%v), want %v", live, err, tt.wantLive)
+			}
+		})
+	}
+}
+
+// TestAssignKeyConfigMapFollowsNamespaces: the controller keeps the key
+// ConfigMap where a pool or a Function is, and removes the one it made
+// from a namespace that has neither; one it did not make stays.
+func TestAssignKeyConfigMapFollowsNamespaces(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"))
+	stale := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
+		Namespace: "emptied", Name: v1alpha1.AssignKeyConfigMap, UID: "u-stale",
+		Labels: map[string]string{managedByLabel: managedByValue},
+	}}
+	foreign := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "foreign", Name: v1alpha1.AssignKeyConfigMap, UID: "u-foreign"}}
+	for _, cm := range []*corev1.ConfigMap{stale, foreign} {
+		if _, err := e.core.CoreV1().ConfigMaps(cm.Namespace).Create(t.Context(), cm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	startReplica(t, e, "ctl-0", nil, nil)
+	exists := func(ns string) bool {
+		_, err := e.core.CoreV1().ConfigMaps(ns).Get(t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+		return err == nil
+	}
+	eventually(t, "the key ConfigMap in the pool's namespace", func() bool { return exists("default") })
+	eventually(t, "the stale key ConfigMap removed", func() bool { return !exists("emptied") })
+	if !exists("foreign") {
+		t.Error("a key ConfigMap the controller did not make was deleted")
+	}
+
+	// The pool goes: so does its namespace's key.
+	if err := e.core.AppsV1().Deployments("default").Delete(t.Context(), "echo", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the key ConfigMap removed with the last pool", func() bool { return !exists("default") })
 }

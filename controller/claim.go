@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/util/flowcontrol"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
@@ -60,13 +62,18 @@ func splitKey(key string) (ns, name string, ok bool) {
 // pod when the set is empty (after leaving out unusable). A caller never
 // claims while another claim for the function is in flight (the
 // supervisor's or another caller's): it waits for that one, so concurrent
-// callers share claims rather than each claiming a pod.
-func (c *controller) ensureInstance(ctx context.Context, fn *v1alpha1.Function, port int32, node string, unusable []string) ([]instance, bool, error) {
+// callers share claims rather than each claiming a pod. admit, when not
+// nil, is asked before each claim this caller starts (the caller's claim
+// rate limit); its error is returned.
+func (c *controller) ensureInstance(ctx context.Context, fn *v1alpha1.Function, port int32, node string, unusable []string, admit func() error) ([]instance, bool, error) {
 	if set := c.currentSet(fn, port, unusable); len(set) > 0 {
 		return set, false, nil
 	}
 	for {
-		f, leader := c.joinFlight(fn, port, node, unusable)
+		f, leader, err := c.joinFlight(fn, port, node, unusable, admit)
+		if err != nil {
+			return nil, false, err
+		}
 		select {
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
@@ -98,14 +105,20 @@ const (
 	flightOneshot
 )
 
-// joinFlight returns a claim in flight for fn, starting a cold one if none is.
-func (c *controller) joinFlight(fn *v1alpha1.Function, port int32, node string, unusable []string) (*flight, bool) {
+// joinFlight returns a claim in flight for fn, starting a cold one if none
+// is and admit (when not nil) lets it.
+func (c *controller) joinFlight(fn *v1alpha1.Function, port int32, node string, unusable []string, admit func() error) (*flight, bool, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if fs := c.flights[fn.Key()]; len(fs) > 0 {
-		return fs[0], false
+		return fs[0], false, nil
 	}
-	return c.startFlightLocked(fn, port, flightCold, node, "", unusable), true
+	if admit != nil {
+		if err := admit(); err != nil {
+			return nil, false, err
+		}
+	}
+	return c.startFlightLocked(fn, port, flightCold, node, "", unusable), true, nil
 }
 
 // startFlightLocked starts one claim for fn; c.mu is held. Until it ends, the
@@ -146,21 +159,45 @@ func (c *controller) startFlightLocked(fn *v1alpha1.Function, port int32, kind f
 	return f
 }
 
-// scaleUp starts claims until fn's expected instances (observed, assumed
-// and in flight) reach want, and returns how many it started. The count
-// and the new flights are one critical section, so concurrent callers
-// never claim for the same need twice, however far the informer lags.
+// scaleUp starts claims towards want expected instances of fn (observed,
+// assumed and in flight), at most as many as claimsToStart allows: no more
+// than the pool has candidates for, and no more than --max-parallel-claims
+// leaves beside the claims in flight across the replica. It returns how
+// many it started; the next tick starts more. The count and the new
+// flights are one critical section, so concurrent callers never claim for
+// the same need twice, however far the informer lags, and nothing is
+// allocated per missing instance.
 func (c *controller) scaleUp(fn *v1alpha1.Function, port int32, want int) int {
 	pods := c.cache.functionPods(fn.Namespace, fn.Name)
+	pool := c.cache.poolPods(fn.Namespace, fn.Spec.Pool)
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	have := c.expectedLocked(fn, pods, now)
-	n := want - have
+	if want <= have {
+		return 0
+	}
+	n := claimsToStart(claimBudget{
+		Missing:          want - have,
+		Candidates:       len(c.candidatesLocked(fn, pool, "", nil)),
+		FunctionInFlight: len(c.flights[fn.Key()]),
+		InFlight:         c.inFlightLocked(),
+		MaxParallel:      c.cfg.MaxParallelClaims,
+	})
 	for range n {
 		c.startFlightLocked(fn, port, flightScale, "", "", nil)
 	}
-	return max(n, 0)
+	return n
+}
+
+// inFlightLocked counts the claims in flight for every function; c.mu is
+// held.
+func (c *controller) inFlightLocked() int {
+	n := 0
+	for _, fs := range c.flights {
+		n += len(fs)
+	}
+	return n
 }
 
 // expectedLocked counts fn's expected instances: claimed pods the cache
@@ -168,14 +205,22 @@ func (c *controller) scaleUp(fn *v1alpha1.Function, port int32, want int) int {
 // show yet, and claims in flight. c.mu is held; pods is a cache read taken
 // before the lock, so a claim that ended in between is counted as assumed.
 func (c *controller) expectedLocked(fn *v1alpha1.Function, pods []*corev1.Pod, now time.Time) int {
+	assumed := c.assumedLocked(fn.Key(), pods, now)
 	n := 0
 	for _, p := range pods {
-		// A pod a flight is claiming counts as that flight.
-		if countsAsInstance(p, fn) && !c.retiredLocked(p.UID, now) && !c.reserved[p.UID] {
+		// A pod a flight is claiming counts as that flight; one also
+		// assumed (the cache shows it still marked assign-pending) counts
+		// once, as assumed.
+		if countsAsInstance(p, fn) && !c.retiredLocked(p.UID, now) && !c.reserved[p.UID] && !containsPod(assumed, p.UID) {
 			n++
 		}
 	}
-	return n + len(c.assumedLocked(fn.Key(), pods, now)) + len(c.flights[fn.Key()])
+	return n + len(assumed) + len(c.flights[fn.Key()])
+}
+
+// containsPod reports whether pods holds the pod with uid.
+func containsPod(pods []*corev1.Pod, uid types.UID) bool {
+	return slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.UID == uid })
 }
 
 // countsAsInstance reports whether a cached pod is one of fn's instances
@@ -247,7 +292,23 @@ func (c *controller) reserveCandidate(fn *v1alpha1.Function, node string, skip m
 	pool := c.cache.poolPods(fn.Namespace, fn.Spec.Pool)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	cands := c.candidatesLocked(fn, pool, node, skip)
+	if len(cands) == 0 {
+		return nil
+	}
+	c.reserved[cands[0].UID] = true
+	return cands[0]
+}
+
+// candidatesLocked returns the pool pods (from the cache read pool) a claim
+// for fn may take, best first for node: ready, unclaimed, not in skip, not
+// taken by a claim of this replica (assumed) nor being taken (reserved).
+// c.mu is held.
+func (c *controller) candidatesLocked(fn *v1alpha1.Function, pool []*corev1.Pod, node string, skip map[string]bool) []*corev1.Pod {
 	exclude := maps.Clone(skip)
+	if exclude == nil {
+		exclude = map[string]bool{}
+	}
 	for _, as := range c.assumed {
 		for _, a := range as {
 			exclude[string(a.pod.UID)] = true
@@ -256,17 +317,20 @@ func (c *controller) reserveCandidate(fn *v1alpha1.Function, node string, skip m
 	for uid := range c.reserved {
 		exclude[string(uid)] = true
 	}
-	cands := claimCandidates(fn.Spec.Pool, pool, node, exclude)
-	if len(cands) == 0 {
-		return nil
-	}
-	c.reserved[cands[0].UID] = true
-	return cands[0]
+	return claimCandidates(fn.Spec.Pool, pool, node, exclude)
 }
 
 // claimReserved claims and assigns the reserved pod p, holding a slot of
 // --max-parallel-claims. It releases the reservation when it fails; on
 // success the flight's end releases it, together with assuming the pod.
+//
+// The claim patch marks the pod assign-pending; only once the instance has
+// accepted the assignment does a second patch remove the mark. A pod so
+// marked is in no instance set (instanceSet), so routers never see a pod
+// whose assignment this replica has not seen succeed: if this replica dies
+// between the claim and the assign, the pod stays marked, is never served,
+// and its owner retires it (assignStale). The pod returned, the one the
+// flight assumes, is the one the second patch returned, without the mark.
 func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alpha1.Function, port int32, router string) (_ *corev1.Pod, err error) {
 	defer func() {
 		if err != nil {
@@ -291,9 +355,34 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 		c.deleteOrphan(claimed, err)
 		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
 	}
+	assigned := time.Now()
+	marked, err := c.markAssigned(ctx, claimed)
+	if err != nil {
+		// The instance holds the assignment, but nothing records it: no
+		// other replica would ever serve the pod. Give it up.
+		c.deleteOrphan(claimed, err)
+		return nil, withReason(ErrAssign, "record the assignment of pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
+	}
 	c.log.Debug("claim timing", "function", fn.Key(), "pod", claimed.Name,
-		"patch", patched.Sub(start), "assign", time.Since(patched))
-	return claimed, nil
+		"patch", patched.Sub(start), "assign", assigned.Sub(patched), "mark", time.Since(assigned))
+	return marked, nil
+}
+
+// markAssigned removes the assign-pending mark from a claimed pod whose
+// instance accepted its assignment, and returns the pod as patched. It is
+// bounded by --assign-timeout.
+func (c *controller) markAssigned(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+	defer cancel()
+	patch, err := assignedPatch(pod)
+	if err != nil {
+		return nil, err
+	}
+	marked, err := c.core.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("patch pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	}
+	return marked, nil
 }
 
 // errClaimLost means another writer changed the pod first; try the next.
@@ -398,4 +487,81 @@ func (c *controller) deleteOrphans(ctx context.Context, key string, pods []*core
 		}
 	}
 	return nil
+}
+
+// maxLimiterCallers bounds the callers a claimLimiter holds a bucket for:
+// a router per node, with room to spare.
+const maxLimiterCallers = 10000
+
+// claimLimiter bounds the claims each caller's GetInstance calls may
+// start: a token bucket (k8s.io/client-go/util/flowcontrol) of
+// --claim-rate-per-router and --claim-burst-per-router per caller. A
+// bucket idle long enough to have refilled is no different from a new
+// one, so it is dropped; beyond maxLimiterCallers buckets, new callers
+// share one, so a caller naming itself anew on every call gains nothing
+// and costs no memory. A nil *claimLimiter admits everything.
+type claimLimiter struct {
+	qps   float64
+	burst int
+
+	mu        sync.Mutex
+	buckets   map[string]*limiterBucket
+	overflow  flowcontrol.PassiveRateLimiter
+	lastPrune time.Time
+}
+
+type limiterBucket struct {
+	rl   flowcontrol.PassiveRateLimiter
+	used time.Time
+}
+
+func newClaimLimiter(qps float64, burst int) *claimLimiter {
+	return &claimLimiter{
+		qps: qps, burst: burst,
+		buckets:  map[string]*limiterBucket{},
+		overflow: flowcontrol.NewTokenBucketPassiveRateLimiter(float32(qps), burst),
+	}
+}
+
+// refill is how long an idle bucket takes to fill up again.
+func (l *claimLimiter) refill() time.Duration {
+	return time.Duration(float64(l.burst) / l.qps * float64(time.Second))
+}
+
+// admit takes a token of caller's bucket at now, or returns
+// ErrClaimRateLimited.
+func (l *claimLimiter) admit(caller string, now time.Time) error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// Pruned once a refill period: each pass is O(buckets), so not per call.
+	if refill := l.refill(); now.Sub(l.lastPrune) >= refill {
+		for k, b := range l.buckets {
+			if now.Sub(b.used) >= refill {
+				delete(l.buckets, k)
+			}
+		}
+		l.lastPrune = now
+	}
+	rl := l.overflow
+	if b, ok := l.buckets[caller]; ok {
+		b.used, rl = now, b.rl
+	} else if len(l.buckets) < maxLimiterCallers {
+		b := &limiterBucket{rl: flowcontrol.NewTokenBucketPassiveRateLimiter(float32(l.qps), l.burst), used: now}
+		l.buckets[caller], rl = b, b.rl
+	}
+	if !rl.TryAccept() {
+		return withReason(ErrClaimRateLimited, "router %.64q started more claims than %v per second (burst %d) allow; retry later",
+			caller, l.qps, l.burst)
+	}
+	return nil
+}
+
+// callers is how many callers hold a bucket.
+func (l *claimLimiter) callers() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.buckets)
 }

@@ -60,9 +60,26 @@ type Config struct {
 	// ScaleDownStabilization is the window over which scale-down takes the
 	// highest recommendation (HPA's scale-down stabilization).
 	ScaleDownStabilization time.Duration
-	// MaxParallelClaims bounds the claims (patch and assign) running at once
-	// across all functions.
+	// MaxParallelClaims bounds the claims in flight at once across all
+	// functions of this replica: scale-ups start no more claims than this
+	// less those already in flight (and no more than the pool has
+	// candidates), and at most this many patch and assign at once.
 	MaxParallelClaims int
+	// ClaimRatePerRouter and ClaimBurstPerRouter bound the claims one
+	// router's GetInstance calls may start (token bucket per router): a
+	// call that would start a claim beyond them gets ResourceExhausted.
+	ClaimRatePerRouter  float64
+	ClaimBurstPerRouter int
+	// GRPCMaxConcurrentStreams bounds the concurrent RPCs on one client
+	// connection to the gRPC server.
+	GRPCMaxConcurrentStreams uint
+	// GRPCMaxRecvMsgSize bounds one message the gRPC server accepts, in
+	// bytes.
+	GRPCMaxRecvMsgSize int
+	// GRPCKeepaliveMinTime is the shortest interval between client
+	// keepalive pings the gRPC server tolerates; a client pinging more often
+	// is disconnected (GOAWAY too_many_pings).
+	GRPCKeepaliveMinTime time.Duration
 	// DrainTimeout bounds how long a withdrawn instance waits for routers'
 	// acks and zero in-flight before it is deleted anyway.
 	DrainTimeout time.Duration
@@ -103,6 +120,22 @@ func DefaultConfig() Config {
 		KubeAPIQPS:             50,
 		KubeAPIBurst:           100,
 		LogLevel:               "info",
+
+		// What one router may ask of a replica. 20 claims a second (40 at
+		// once) is far above what a router's cold starts need (one claim
+		// per cold function, shared by its callers) and what a pool refills.
+		ClaimRatePerRouter:  20,
+		ClaimBurstPerRouter: 40,
+		// A router holds one Connect stream plus one GetInstance per cold
+		// function it waits on; 1000 leaves room for a node's worth of cold
+		// starts while bounding what one connection can hold open.
+		GRPCMaxConcurrentStreams: 1000,
+		// gRPC's own default, stated: a report of maxReportFunctions
+		// functions with their instances fits well within it.
+		GRPCMaxRecvMsgSize: 4 << 20,
+		// Routers set no keepalive today; a client that pings more often
+		// than this is told too_many_pings and disconnected.
+		GRPCKeepaliveMinTime: 10 * time.Second,
 	}
 }
 
@@ -149,7 +182,12 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", c.HeartbeatTimeout, "`duration` after which a silent router's load counts as zero; a new owner scales down only after one such window")
 	fs.DurationVar(&c.ScaleInterval, "scale-interval", c.ScaleInterval, "`duration` between two ticks of a function's supervisor (ownership, scaling decision, drain, status)")
 	fs.DurationVar(&c.ScaleDownStabilization, "scale-down-stabilization", c.ScaleDownStabilization, "scale-down stabilization window `duration`: scale-down goes only to the highest recommendation within it")
-	fs.IntVar(&c.MaxParallelClaims, "max-parallel-claims", c.MaxParallelClaims, "most `claims` (patch and assign) running at once across all functions")
+	fs.IntVar(&c.MaxParallelClaims, "max-parallel-claims", c.MaxParallelClaims, "most `claims` in flight at once across all functions; a scale-up starts at most this many less those in flight, and no more than the pool has ready pods")
+	fs.Float64Var(&c.ClaimRatePerRouter, "claim-rate-per-router", c.ClaimRatePerRouter, "sustained `rate` (per second) of claims one router's GetInstance calls may start; beyond it GetInstance answers ResourceExhausted")
+	fs.IntVar(&c.ClaimBurstPerRouter, "claim-burst-per-router", c.ClaimBurstPerRouter, "burst `count` of claims one router's GetInstance calls may start above --claim-rate-per-router")
+	fs.UintVar(&c.GRPCMaxConcurrentStreams, "grpc-max-concurrent-streams", c.GRPCMaxConcurrentStreams, "most concurrent `streams` (RPCs) one client connection may hold open on the gRPC server")
+	fs.IntVar(&c.GRPCMaxRecvMsgSize, "grpc-max-recv-msg-size", c.GRPCMaxRecvMsgSize, "largest message in `bytes` the gRPC server accepts; larger ones fail with ResourceExhausted")
+	fs.DurationVar(&c.GRPCKeepaliveMinTime, "grpc-keepalive-min-time", c.GRPCKeepaliveMinTime, "shortest `duration` between keepalive pings the gRPC server tolerates from a client before closing its connection")
 	fs.DurationVar(&c.DrainTimeout, "drain-timeout", c.DrainTimeout, "longest `duration` a withdrawn instance waits for every router's ack and zero in-flight before it is deleted")
 	fs.DurationVar(&c.StatusInterval, "status-interval", c.StatusInterval, "shortest `duration` between two status writes of one Function")
 	fs.DurationVar(&c.OneshotLease, "oneshot-lease", c.OneshotLease, "`duration` after which a oneshot instance never released by its router is deleted")
@@ -297,6 +335,21 @@ func (c Config) Validate() error {
 	if c.MaxParallelClaims <= 0 {
 		add("--max-parallel-claims: must be positive, got %d", c.MaxParallelClaims)
 	}
+	if c.ClaimRatePerRouter <= 0 {
+		add("--claim-rate-per-router: must be positive, got %v", c.ClaimRatePerRouter)
+	}
+	if c.ClaimBurstPerRouter <= 0 {
+		add("--claim-burst-per-router: must be positive, got %d", c.ClaimBurstPerRouter)
+	}
+	if c.GRPCMaxConcurrentStreams == 0 {
+		add("--grpc-max-concurrent-streams: must be positive, got 0")
+	}
+	if c.GRPCMaxRecvMsgSize < minRecvMsgSize {
+		add("--grpc-max-recv-msg-size: must be at least %d bytes, got %d", minRecvMsgSize, c.GRPCMaxRecvMsgSize)
+	}
+	if c.GRPCKeepaliveMinTime <= 0 {
+		add("--grpc-keepalive-min-time: must be positive, got %s", c.GRPCKeepaliveMinTime)
+	}
 	if c.ResyncPeriod < 0 {
 		add("--resync-period: must not be negative, got %s", c.ResyncPeriod)
 	}
@@ -311,6 +364,10 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minRecvMsgSize is the smallest --grpc-max-recv-msg-size accepted: below
+// it, a router's ordinary report would not fit.
+const minRecvMsgSize = 64 << 10
 
 func parseLevel(s string) (slog.Level, error) {
 	var l slog.Level

@@ -70,6 +70,15 @@ func TestParseConfig(t *testing.T) {
 			}),
 		},
 		{
+			name: "limits flags and env",
+			args: []string{"--claim-rate-per-router=2.5", "--grpc-max-concurrent-streams=64", "--grpc-keepalive-min-time=30s"},
+			env:  map[string]string{"SKIPPER_CLAIM_BURST_PER_ROUTER": "7", "SKIPPER_GRPC_MAX_RECV_MSG_SIZE": "1048576"},
+			want: base(func(c *Config) {
+				c.ClaimRatePerRouter, c.ClaimBurstPerRouter, c.GRPCMaxConcurrentStreams = 2.5, 7, 64
+				c.GRPCMaxRecvMsgSize, c.GRPCKeepaliveMinTime = 1<<20, 30*time.Second
+			}),
+		},
+		{
 			name: "scaling flags and env",
 			args: []string{"--scale-interval=200ms", "--max-parallel-claims=3"},
 			env:  map[string]string{"SKIPPER_DRAIN_TIMEOUT": "4s", "SKIPPER_SCALE_DOWN_STABILIZATION": "5s"},
@@ -159,6 +168,15 @@ func TestValidate(t *testing.T) {
 			},
 			want: []string{"--scale-interval", "--drain-timeout", "--status-interval", "--oneshot-lease",
 				"--scale-down-stabilization", "--max-parallel-claims"},
+		},
+		{
+			name: "client limits",
+			modify: func(c *Config) {
+				c.ClaimRatePerRouter, c.ClaimBurstPerRouter, c.GRPCMaxConcurrentStreams = 0, -1, 0
+				c.GRPCMaxRecvMsgSize, c.GRPCKeepaliveMinTime = 1024, 0
+			},
+			want: []string{"--claim-rate-per-router", "--claim-burst-per-router", "--grpc-max-concurrent-streams",
+				"--grpc-max-recv-msg-size: must be at least 65536", "--grpc-keepalive-min-time"},
 		},
 		{
 			name:   "heartbeat timeout not above the report interval",

@@ -177,8 +177,8 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 func (c *controller) addHandlers() {
 	for _, s := range c.cache.sets {
 		_, _ = s.functions.AddEventHandler(eventHandler(func(obj any) {
-			fn, ok := obj.(*v1alpha1.Function)
-			if !ok {
+			fn := functionMeta(obj) // invalid ones too: their owner reports them
+			if fn == nil {
 				return
 			}
 			c.nsQueue.Add(fn.Namespace)
@@ -324,11 +324,16 @@ func (c *controller) runQueue(ctx context.Context, name string, q workqueue.Type
 	}
 }
 
-// syncNamespace keeps ConfigMap skipper-assign-key in ns when ns holds a
-// pool or a Function. It never deletes: a pool pod may still mount it.
+// syncNamespace keeps ConfigMap skipper-assign-key in ns while ns holds a
+// pool or a Function, and removes the one the controller made once it
+// holds neither.
 func (c *controller) syncNamespace(ctx context.Context, ns string) error {
 	if !c.cache.needsKey(ns) {
-		return nil
+		deleted, err := deleteKeyConfigMap(ctx, c.core, c.cache.configMap(ns))
+		if deleted {
+			c.log.Info("deleted the assign key ConfigMap: the namespace has no pool and no Function", "namespace", ns)
+		}
+		return err
 	}
 	return ensureKeyConfigMap(ctx, c.core, ns, c.cache.configMap(ns), c.pubPEM)
 }
@@ -346,16 +351,17 @@ func (c *controller) syncRing() {
 	c.fwd.retain(members)
 	if (old == nil) != (r == nil) || (old != nil && r != nil && old.Epoch() != r.Epoch()) {
 		c.log.Info("ring changed", "members", members, "self", c.self, "in_ring", r != nil && r.Has(c.self))
-		// Ownership may have moved: recompute every function's state.
-		for _, fn := range c.cache.functions() {
-			c.fnQueue.Add(fn.Key())
+		// Ownership may have moved: recompute every function's state
+		// (invalid ones too: the new owner reports them).
+		for _, k := range c.cache.functionKeys() {
+			c.fnQueue.Add(k)
 		}
 	}
 	c.metrics.ringMembers.Set(float64(len(members)))
 	owned := map[string]bool{}
-	for _, fn := range c.cache.functions() {
-		if c.owns(fn.Key()) {
-			owned[fn.Key()] = true
+	for _, k := range c.cache.functionKeys() {
+		if c.owns(k) {
+			owned[k] = true
 		}
 	}
 	c.mu.Lock()
@@ -405,8 +411,11 @@ func (c *controller) owns(key string) bool {
 // its metrics and status.
 func (c *controller) syncFunction(ctx context.Context, key string) error {
 	ns, name, _ := splitKey(key)
-	fn, err := c.cache.function(ns, name)
-	if err != nil || fn.DeletionTimestamp != nil {
+	fn, inv, err := c.cache.lookup(ns, name)
+	if err == nil && inv != nil && inv.fn.DeletionTimestamp != nil {
+		fn = inv.fn // being deleted: nothing in its spec matters
+	}
+	if err != nil || fn != nil && fn.DeletionTimestamp != nil {
 		c.forget(key, true, err != nil)
 		if c.owns(key) {
 			return c.deleteOrphans(ctx, key, c.cache.functionPods(ns, name))
@@ -417,6 +426,9 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	if !c.owns(key) {
 		c.forget(key, false, false)
 		return nil
+	}
+	if inv != nil {
+		return c.reportInvalid(ctx, inv, time.Now())
 	}
 	pods := c.cache.functionPods(ns, name)
 	if err := c.deleteOrphans(ctx, key, pods); err != nil {
@@ -447,6 +459,21 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	c.metrics.setInstances(key, nil)
 	// No supervisor: nothing desired, nothing held.
 	return c.writeStatus(ctx, fn, statusView{desired: 0, ready: int32(len(set)), poolErr: perr}, time.Now())
+}
+
+// reportInvalid is the owner's whole sync of a Function it cannot act on:
+// no claim, scaling or orphan cleanup (a supervisor still running stops on
+// its next tick, which finds no Function to act on), routers keep the set
+// they hold, and the Function's status says why (condition Degraded, reason
+// InvalidSpec) with a Warning Event when that is news. Fixing the object
+// brings the next sync back to the usual path, which sets Degraded False.
+func (c *controller) reportInvalid(ctx context.Context, inv *invalidFunction, now time.Time) error {
+	fn, msg := inv.fn, invalidMessage(inv.err)
+	if !degradedSays(fn, msg) {
+		c.log.Warn("function has an invalid spec: not acted on until it is fixed", "function", fn.Key(), "err", msg)
+		c.event(fn, corev1.EventTypeWarning, reasonInvalidSpec, "%s", msg)
+	}
+	return c.writeStatus(ctx, fn, statusView{invalid: msg}, now)
 }
 
 // forget drops this replica's state of key. withdraw means the Function is
@@ -548,8 +575,10 @@ func (c *controller) assumedPods(key string, cached []*corev1.Pod, now time.Time
 }
 
 // assumedLocked returns the claims of key the informer does not show in
-// cached, forgetting those it shows (recording how long that took) and
-// those older than assumedTTL; c.mu is held.
+// cached, or shows still marked assign-pending (the claim patch, not yet
+// the record of the assignment that followed it), forgetting those it
+// shows recorded (recording how long that took) and those older than
+// assumedTTL; c.mu is held.
 func (c *controller) assumedLocked(key string, cached []*corev1.Pod, now time.Time) []*corev1.Pod {
 	as := c.assumed[key]
 	if len(as) == 0 {
@@ -558,7 +587,7 @@ func (c *controller) assumedLocked(key string, cached []*corev1.Pod, now time.Ti
 	var keep []assumedPod
 	var out []*corev1.Pod
 	for _, a := range as {
-		if slices.ContainsFunc(cached, func(p *corev1.Pod) bool { return p.UID == a.pod.UID }) {
+		if i := slices.IndexFunc(cached, func(p *corev1.Pod) bool { return p.UID == a.pod.UID }); i >= 0 && !assignPending(cached[i]) {
 			c.lastLag = now.Sub(a.at)
 			continue
 		}

@@ -109,6 +109,12 @@ const (
 	// annOneshotRouter names the router pod a oneshot instance was handed
 	// to; only that router may release it.
 	annOneshotRouter = "skipper.dev/oneshot-router"
+	// annAssignPending marks a claimed pod whose instance has not been
+	// seen accepting its assignment: the claim patch adds it, a second
+	// patch removes it once the assign call succeeded. A pod so marked is
+	// in no instance set. Pods claimed before the mark existed lack it and
+	// are served as before.
+	annAssignPending = "skipper.dev/assign-pending"
 )
 
 // claimInfo is what a claim records on the pod.
@@ -181,12 +187,15 @@ func pickVictims(cands []victim, n int) []victim {
 
 // instanceSet returns the function's ready instances, sorted by pod name:
 // pods labelled with the function's name, owned by this Function (same UID,
-// so a re-created Function never inherits its predecessor's pods), Ready and
-// not terminating. assumed are pods this replica claimed that the informer
-// may not show yet; a pod in both is taken from pods (the informer is newer
-// once it shows the label). Pods whose UID is in unusable are left out, and
-// so are pods whose container restarted since the claim. A oneshot
-// function has no shared set: each of its instances belongs to one call.
+// so a re-created Function never inherits its predecessor's pods), Ready,
+// not terminating, and not marked assign-pending. assumed are pods this
+// replica claimed and saw accept their assignment that the informer may
+// not show yet, or shows still marked; a pod in both is taken from pods
+// (the informer is newer once it shows the label) unless pods shows it
+// marked, when this replica's own record of the assign stands. Pods whose
+// UID is in unusable are left out, and so are pods whose container
+// restarted since the claim. A oneshot function has no shared set: each of
+// its instances belongs to one call.
 func instanceSet(fn *v1alpha1.Function, port int32, pods, assumed []*corev1.Pod, unusable []string) []instance {
 	if fn.Spec.Oneshot {
 		return nil
@@ -194,7 +203,8 @@ func instanceSet(fn *v1alpha1.Function, port int32, pods, assumed []*corev1.Pod,
 	seen := map[string]bool{}
 	var out []instance
 	add := func(p *corev1.Pod) {
-		if seen[string(p.UID)] {
+		if seen[string(p.UID)] || assignPending(p) {
+			// A marked pod is not seen: an assumed copy may stand in.
 			return
 		}
 		seen[string(p.UID)] = true
@@ -306,6 +316,7 @@ func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) ([]byte,
 	ann := map[string]string{
 		annClaimedAt:     info.At.UTC().Format(time.RFC3339Nano),
 		annClaimRestarts: strconv.FormatInt(restarts(pod), 10),
+		annAssignPending: "true",
 	}
 	if info.Router != "" {
 		ann[annOneshotRouter] = info.Router
@@ -319,6 +330,69 @@ func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) ([]byte,
 		}
 	}
 	return json.Marshal(ops)
+}
+
+// assignedPatch builds the JSON patch that records a claimed pod's
+// assignment: it removes the assign-pending mark. The UID test makes sure
+// it never lands on another pod of the same name; a pod whose mark is gone
+// already fails it (remove needs the key), as a write nobody expects.
+func assignedPatch(pod *corev1.Pod) ([]byte, error) {
+	if pod.UID == "" {
+		return nil, fmt.Errorf("pod %s/%s has no UID", pod.Namespace, pod.Name)
+	}
+	return json.Marshal([]jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: string(pod.UID)},
+		{Op: "remove", Path: "/metadata/annotations/" + escapePointer(annAssignPending)},
+	})
+}
+
+// assignPending reports whether the claimed pod still carries the
+// assign-pending mark: nobody has recorded that its instance accepted.
+func assignPending(p *corev1.Pod) bool {
+	_, ok := p.Annotations[annAssignPending]
+	return ok
+}
+
+// assignStale reports whether p's assignment was never recorded and no
+// claim can still record it: still marked assign-pending grace after its
+// claim (or with no claim time). The claimer's whole claim, assign and
+// record take at most --claim-timeout plus --assign-timeout, so grace is
+// that plus an --assign-timeout of margin for clocks and the informer.
+func assignStale(p *corev1.Pod, now time.Time, grace time.Duration) bool {
+	if !assignPending(p) {
+		return false
+	}
+	at := claimedAt(p)
+	return at.IsZero() || now.Sub(at) >= grace
+}
+
+// claimBudget is what bounds the claims a scale-up starts.
+type claimBudget struct {
+	// Missing is how many instances the function lacks: want less expected.
+	Missing int
+	// Candidates is how many pool pods a claim could take now.
+	Candidates int
+	// FunctionInFlight is how many claims of the function are in flight.
+	FunctionInFlight int
+	// InFlight is how many claims of all functions are in flight on this
+	// replica, and MaxParallel how many may be (--max-parallel-claims).
+	InFlight, MaxParallel int
+}
+
+// claimsToStart returns how many claims a scale-up starts now: the missing
+// instances, but no more than the pool has candidates for and no more than
+// MaxParallel leaves beside the claims in flight. With no candidate, one
+// claim still starts when none of the function's is in flight: it waits
+// for a pool pod (up to --claim-timeout), takes the first to become Ready,
+// and reports the pool exhausted when none does. What is missing beyond
+// the result is claimed on later ticks, so a function wanting 2^31
+// instances costs no more than the bound.
+func claimsToStart(b claimBudget) int {
+	cands := b.Candidates
+	if cands <= 0 && b.FunctionInFlight == 0 {
+		cands = 1
+	}
+	return max(0, min(b.Missing, cands, b.MaxParallel-b.InFlight))
 }
 
 func functionOwnerRef(fn *v1alpha1.Function) metav1.OwnerReference {

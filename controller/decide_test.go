@@ -2,6 +2,7 @@ package controller
 
 import (
 	"encoding/json"
+	"math"
 	"testing"
 	"time"
 
@@ -134,6 +135,21 @@ func TestInstanceSet(t *testing.T) {
 			name:    "the informer's copy wins over the assumed one",
 			pods:    []*corev1.Pod{testPod("new", claimedBy(fn), notReady)},
 			assumed: []*corev1.Pod{testPod("new", claimedBy(fn))},
+		},
+		{
+			name: "a pod marked assign-pending is left out: its assignment is not recorded",
+			pods: []*corev1.Pod{testPod("a", claimedBy(fn), annotated(annAssignPending, "true")), testPod("b", claimedBy(fn))},
+			want: []instance{{Pod: "b", UID: "uid-b", Address: "198.18.1.10:8080", Node: "node-1"}},
+		},
+		{
+			name:    "this replica's record of the assignment stands in for the informer's marked copy",
+			pods:    []*corev1.Pod{testPod("new", claimedBy(fn), annotated(annAssignPending, "true"), ip("198.18.1.11"))},
+			assumed: []*corev1.Pod{testPod("new", claimedBy(fn))},
+			want:    []instance{{Pod: "new", UID: "uid-new", Address: "198.18.1.10:8080", Node: "node-1"}},
+		},
+		{
+			name:    "a marked assumed copy is not served either",
+			assumed: []*corev1.Pod{testPod("new", claimedBy(fn), annotated(annAssignPending, "true"))},
 		},
 		{
 			name:     "unusable pods are left out",
@@ -281,7 +297,8 @@ func TestClaimPatch(t *testing.T) {
 			if !ownedBy(got, fn) {
 				t.Error("claimed pod is not owned by the function")
 			}
-			wantAnn := map[string]string{annClaimedAt: at.UTC().Format(time.RFC3339Nano), annClaimRestarts: "2", annOneshotRouter: "router-a"}
+			wantAnn := map[string]string{annClaimedAt: at.UTC().Format(time.RFC3339Nano), annClaimRestarts: "2", annOneshotRouter: "router-a",
+				annAssignPending: "true"}
 			for k, v := range tt.live.Annotations {
 				wantAnn[k] = v
 			}
@@ -291,9 +308,83 @@ func TestClaimPatch(t *testing.T) {
 			if !claimedAt(got).Equal(at) || restartedSinceClaim(got) {
 				t.Errorf("claimedAt %s restarted %v, want %s and false", claimedAt(got), restartedSinceClaim(got), at)
 			}
+			// Claimed but not yet recorded as assigned: in no set.
+			if !assignPending(got) || len(instanceSet(fn, 8080, []*corev1.Pod{got}, nil, nil)) != 0 {
+				t.Errorf("a claimed pod whose assignment is not recorded is served")
+			}
+			rec, err := assignedPatch(got)
+			if err != nil {
+				t.Fatal(err)
+			}
+			marked, err := applyPatch(t, got, rec)
+			if err != nil {
+				t.Fatalf("apply the record patch: %v", err)
+			}
+			if assignPending(marked) || len(instanceSet(fn, 8080, []*corev1.Pod{marked}, nil, nil)) != 1 {
+				t.Errorf("a recorded pod (annotations %v) is not served", marked.Annotations)
+			}
+			if _, err := applyPatch(t, marked, rec); err == nil {
+				t.Error("the record patch applied twice; want a failed remove")
+			}
+			other := got.DeepCopy()
+			other.UID = "uid-other"
+			if _, err := applyPatch(t, other, rec); err == nil {
+				t.Error("the record patch applied to another pod of the same name")
+			}
 			got.Status.ContainerStatuses[1].RestartCount++
 			if !restartedSinceClaim(got) {
 				t.Error("a restart after the claim is not seen")
+			}
+		})
+	}
+}
+
+func TestAssignStale(t *testing.T) {
+	grace := 20 * time.Second
+	at := t0.Format(time.RFC3339Nano)
+	tests := []struct {
+		name string
+		pod  *corev1.Pod
+		now  time.Time
+		want bool
+	}{
+		{name: "recorded", pod: testPod("p", annotated(annClaimedAt, at)), now: t0.Add(time.Hour)},
+		{name: "pending within the grace", pod: testPod("p", annotated(annClaimedAt, at), annotated(annAssignPending, "true")), now: t0.Add(grace - 1)},
+		{name: "pending past the grace", pod: testPod("p", annotated(annClaimedAt, at), annotated(annAssignPending, "true")), now: t0.Add(grace), want: true},
+		{name: "pending with no claim time", pod: testPod("p", annotated(annAssignPending, "true")), now: t0, want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := assignStale(tt.pod, tt.now, grace); got != tt.want {
+				t.Errorf("assignStale = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestClaimsToStart(t *testing.T) {
+	tests := []struct {
+		name string
+		b    claimBudget
+		want int
+	}{
+		{name: "nothing missing", b: claimBudget{Missing: 0, Candidates: 5, MaxParallel: 8}, want: 0},
+		{name: "missing below every bound", b: claimBudget{Missing: 3, Candidates: 5, MaxParallel: 8}, want: 3},
+		{name: "bounded by the pool's candidates", b: claimBudget{Missing: 6, Candidates: 2, MaxParallel: 8}, want: 2},
+		{name: "bounded by max parallel", b: claimBudget{Missing: 20, Candidates: 20, MaxParallel: 8}, want: 8},
+		{name: "max parallel counts other functions' claims", b: claimBudget{Missing: 20, Candidates: 20, InFlight: 5, MaxParallel: 8}, want: 3},
+		{name: "replica at its bound", b: claimBudget{Missing: 20, Candidates: 20, InFlight: 8, MaxParallel: 8}, want: 0},
+		{name: "above its bound (cold claims) starts none", b: claimBudget{Missing: 20, Candidates: 20, InFlight: 11, MaxParallel: 8}, want: 0},
+		{name: "empty pool: one claim waits for a pod", b: claimBudget{Missing: 5, MaxParallel: 8}, want: 1},
+		{name: "empty pool, one waiting already", b: claimBudget{Missing: 5, FunctionInFlight: 1, InFlight: 1, MaxParallel: 8}, want: 0},
+		{name: "empty pool at the replica's bound", b: claimBudget{Missing: 5, InFlight: 8, MaxParallel: 8}, want: 0},
+		{name: "2^31-1 missing", b: claimBudget{Missing: math.MaxInt32, Candidates: 3, MaxParallel: 16}, want: 3},
+		{name: "negative missing", b: claimBudget{Missing: -4, Candidates: 3, MaxParallel: 16}, want: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if diff := cmp.Diff(tt.want, claimsToStart(tt.b)); diff != "" {
+				t.Errorf("claimsToStart(%+v) (-want +got):\n%s", tt.b, diff)
 			}
 		})
 	}

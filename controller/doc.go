@@ -46,4 +46,14 @@
 //   - Generations per function strictly increase and are seeded from the
 //     clock, so routers' "apply only newer" holds across restarts and owners.
 //   - gRPC codes come from grpcStatus alone.
+//   - No stored object stops a controller: the Function transform never
+//     fails; an object that does not convert or fails validate is cached as
+//     an invalidFunction, skipped by every decision, and reported by its
+//     owner as Degraded (reason InvalidSpec).
+//   - A claimed pod reaches no instance set while it carries
+//     skipper.dev/assign-pending (removed once the instance accepted the
+//     assign); scale-ups start at most the pool's candidates and
+//     --max-parallel-claims claims.
+//   - Values from routers pass wire.go's checks before anything applies
+//     them; a violation is counted and never applied.
 package controller

@@ -16,6 +16,10 @@ var (
 	ErrFunctionNotFound = errors.New("function not found")
 	ErrNotWatched       = errors.New("namespace not watched by this controller")
 	ErrFunctionDeleting = errors.New("function is being deleted")
+	// ErrInvalidSpec: the stored Function is one the controller cannot act
+	// on (it does not convert, or fails validation); its owner reports why
+	// in its Degraded condition.
+	ErrInvalidSpec      = errors.New("function spec is invalid")
 	ErrPoolNotFound     = errors.New("pool not found")
 	ErrNoPort           = errors.New("no instance port")
 	ErrPoolEmpty        = errors.New("pool has no ready pods")
@@ -27,6 +31,12 @@ var (
 	ErrNotHolder        = errors.New("instance handed to another router")
 	ErrNotOneshot       = errors.New("function is not oneshot")
 	ErrNoRouter         = errors.New("router identity missing")
+	// ErrClaimRateLimited: the caller started more claims than
+	// --claim-rate-per-router / --claim-burst-per-router allow.
+	ErrClaimRateLimited = errors.New("claim rate limit exceeded")
+	// ErrInvalidRequest: a field of the request is outside its bound (see
+	// wire.go).
+	ErrInvalidRequest = errors.New("invalid request")
 )
 
 // grpcStatus maps err to the status returned to callers. A status already
@@ -41,13 +51,14 @@ func grpcStatus(err error) *status.Status {
 	}
 	code := codes.Internal
 	switch {
-	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrNoRouter):
+	case errors.Is(err, ErrInvalidName), errors.Is(err, ErrNoRouter), errors.Is(err, ErrInvalidRequest):
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrFunctionNotFound), errors.Is(err, ErrNotWatched), errors.Is(err, ErrInstanceNotFound):
 		code = codes.NotFound
-	case errors.Is(err, ErrFunctionDeleting), errors.Is(err, ErrPoolNotFound), errors.Is(err, ErrNoPort), errors.Is(err, ErrNotOneshot):
+	case errors.Is(err, ErrFunctionDeleting), errors.Is(err, ErrPoolNotFound), errors.Is(err, ErrNoPort), errors.Is(err, ErrNotOneshot),
+		errors.Is(err, ErrInvalidSpec):
 		code = codes.FailedPrecondition
-	case errors.Is(err, ErrPoolEmpty):
+	case errors.Is(err, ErrPoolEmpty), errors.Is(err, ErrClaimRateLimited):
 		code = codes.ResourceExhausted
 	case errors.Is(err, ErrAssign), errors.Is(err, ErrNotSynced), errors.Is(err, ErrForward), errors.Is(err, ErrShuttingDown):
 		code = codes.Unavailable

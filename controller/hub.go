@@ -32,6 +32,9 @@ type routerStream struct {
 	lastSeq    uint64
 	wake       chan struct{} // cap 1: pending is non-empty
 	replaced   chan struct{} // closed when a newer stream of the same router took over
+	// logged holds the wire fields this stream's violations were logged
+	// for: each is logged once per stream, counted every time.
+	logged map[string]bool
 }
 
 func newHub() *hub { return &hub{streams: map[string]*routerStream{}} }
@@ -50,7 +53,7 @@ func (h *hub) register(id *skipperv1.RouterIdentity) *routerStream {
 	s := &routerStream{
 		key: routerKey(id), id: id,
 		subs: map[string]bool{}, pending: map[string]*skipperv1.AssignmentUpdate{}, acked: map[string]uint64{},
-		wake: make(chan struct{}, 1), replaced: make(chan struct{}),
+		wake: make(chan struct{}, 1), replaced: make(chan struct{}), logged: map[string]bool{},
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -69,17 +72,51 @@ func (h *hub) unregister(s *routerStream) {
 	}
 }
 
-// subscribe adds fn to the subscriptions of the router's stream, if it has one.
-func (h *hub) subscribe(id *skipperv1.RouterIdentity, fnKey string) {
+// subscribe adds fn to the subscriptions of the router's stream, if it
+// has one; false when the stream holds maxSubscriptions already.
+func (h *hub) subscribe(id *skipperv1.RouterIdentity, fnKey string) bool {
 	h.mu.Lock()
 	s := h.streams[routerKey(id)]
 	h.mu.Unlock()
 	if s == nil {
-		return
+		return true
 	}
+	return s.subscribe(fnKey)
+}
+
+// subscribe adds fnKey to the stream's subscriptions unless it holds
+// maxSubscriptions others already: a router cannot make the controller
+// hold unbounded state by naming functions.
+func (s *routerStream) subscribe(fnKey string) bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.subscribeLocked(fnKey)
+}
+
+func (s *routerStream) subscribeLocked(fnKey string) bool {
+	if !s.subs[fnKey] && len(s.subs) >= maxSubscriptions {
+		return false
+	}
 	s.subs[fnKey] = true
-	s.mu.Unlock()
+	return true
+}
+
+// unlogged returns the fields of v not logged for this stream yet, and
+// marks them logged.
+func (s *routerStream) unlogged(v violations) violations {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out violations
+	for f, n := range v {
+		if !s.logged[f] {
+			s.logged[f] = true
+			if out == nil {
+				out = violations{}
+			}
+			out[f] = n
+		}
+	}
+	return out
 }
 
 // unsubscribeAll drops fnKey from every stream's subscriptions and pending
@@ -89,6 +126,7 @@ func (h *hub) unsubscribeAll(fnKey string) {
 		s.mu.Lock()
 		delete(s.subs, fnKey)
 		delete(s.pending, fnKey)
+		delete(s.acked, fnKey)
 		s.mu.Unlock()
 	}
 }
@@ -142,8 +180,10 @@ func (s *routerStream) queue(fnKey string, u *skipperv1.AssignmentUpdate, force 
 	}
 	if u.GetRemoved() {
 		delete(s.subs, fnKey)
-	} else {
-		s.subs[fnKey] = true
+		delete(s.acked, fnKey)
+	} else if !s.subscribeLocked(fnKey) {
+		s.mu.Unlock()
+		return
 	}
 	s.pending[fnKey] = u
 	s.mu.Unlock()
@@ -165,17 +205,21 @@ func (s *routerStream) take() []*skipperv1.AssignmentUpdate {
 	return out
 }
 
-func (s *routerStream) report(r *skipperv1.Report, now time.Time) {
+func (s *routerStream) report(seq uint64, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastReport = now
-	s.lastSeq = r.GetSequence()
+	s.lastSeq = seq
 }
 
-func (s *routerStream) ack(a *skipperv1.Ack) {
+// ack records the generation the router acknowledged for fnKey. Only
+// subscribed functions are kept: an ack names what the router was sent.
+func (s *routerStream) ack(fnKey string, gen uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.acked[refKey(a.GetFunction())] = a.GetGeneration()
+	if s.subs[fnKey] {
+		s.acked[fnKey] = gen
+	}
 }
 
 func (s *routerStream) state() *skipperv1.RouterState {

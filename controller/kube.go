@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
@@ -145,33 +144,49 @@ func (c *kubeCache) needsKey(ns string) bool {
 	return false
 }
 
+// function returns the Function ns/name to act on. A stored object the
+// controller cannot act on answers ErrInvalidSpec with the reason: no
+// decision (claim, scaling, GetInstance) ever sees it.
 func (c *kubeCache) function(ns, name string) (*v1alpha1.Function, error) {
-	s := c.set(ns)
-	if s == nil {
-		return nil, withReason(ErrNotWatched, "function %s/%s not found: namespace %q is not watched by this controller", ns, name, ns)
-	}
-	obj, ok, err := s.functions.GetIndexer().GetByKey(ns + "/" + name)
+	fn, inv, err := c.lookup(ns, name)
 	if err != nil {
-		return nil, fmt.Errorf("function cache: %w", err)
+		return nil, err
 	}
-	if !ok {
-		return nil, withReason(ErrFunctionNotFound, "function %s/%s not found", ns, name)
-	}
-	fn, ok := obj.(*v1alpha1.Function)
-	if !ok {
-		return nil, fmt.Errorf("function cache holds %T", obj)
+	if inv != nil {
+		return nil, withReason(ErrInvalidSpec, "function %s/%s has an invalid spec: %s", ns, name, invalidMessage(inv.err))
 	}
 	return fn, nil
 }
 
-func (c *kubeCache) functions() []*v1alpha1.Function {
-	var out []*v1alpha1.Function
+// lookup returns what the cache holds for ns/name: a Function, or an
+// object the controller cannot act on (for its owner to report).
+func (c *kubeCache) lookup(ns, name string) (*v1alpha1.Function, *invalidFunction, error) {
+	s := c.set(ns)
+	if s == nil {
+		return nil, nil, withReason(ErrNotWatched, "function %s/%s not found: namespace %q is not watched by this controller", ns, name, ns)
+	}
+	obj, ok, err := s.functions.GetIndexer().GetByKey(ns + "/" + name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("function cache: %w", err)
+	}
+	if !ok {
+		return nil, nil, withReason(ErrFunctionNotFound, "function %s/%s not found", ns, name)
+	}
+	switch o := obj.(type) {
+	case *v1alpha1.Function:
+		return o, nil, nil
+	case *invalidFunction:
+		return nil, o, nil
+	}
+	return nil, nil, fmt.Errorf("function cache holds %T", obj)
+}
+
+// functionKeys returns the key of every cached Function, invalid ones
+// included: each has an owner, which reports on it.
+func (c *kubeCache) functionKeys() []string {
+	var out []string
 	for _, s := range c.sets {
-		for _, o := range s.functions.GetIndexer().List() {
-			if fn, ok := o.(*v1alpha1.Function); ok {
-				out = append(out, fn)
-			}
-		}
+		out = append(out, s.functions.GetIndexer().ListKeys()...)
 	}
 	return out
 }
@@ -280,25 +295,36 @@ func stripManagedFields(obj any) (any, error) {
 }
 
 // toFunction converts the dynamic informer's unstructured objects to typed
-// Functions as they enter the cache, so lookups never convert.
+// Functions as they enter the cache, so lookups never convert. It never
+// fails: an object that does not convert, or converts to a Function that
+// fails validate, enters the cache as an *invalidFunction. (client-go
+// aborts an informer's whole list when its transform fails, so one bad
+// object would keep every replica's Function informer from syncing.)
 func toFunction(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *unstructured.Unstructured:
-		fn := &v1alpha1.Function{}
-		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, fn); err != nil {
-			return nil, fmt.Errorf("convert %s/%s to Function: %w", o.GetNamespace(), o.GetName(), err)
+		fn, err := convertFunction(o)
+		if err != nil {
+			return &invalidFunction{fn: fn, err: err}, nil
 		}
-		fn.ManagedFields = nil
 		return fn, nil
 	case cache.DeletedFinalStateUnknown:
-		inner, err := toFunction(o.Obj)
-		if err != nil {
-			return nil, err
-		}
-		o.Obj = inner
+		o.Obj, _ = toFunction(o.Obj)
 		return o, nil
 	}
 	return obj, nil
+}
+
+// functionMeta returns the metadata of what the Function cache holds (a
+// Function or an invalid one), or nil.
+func functionMeta(obj any) *v1alpha1.Function {
+	switch o := obj.(type) {
+	case *v1alpha1.Function:
+		return o
+	case *invalidFunction:
+		return o.fn
+	}
+	return nil
 }
 
 // tombstone unwraps a deleted object's final state.

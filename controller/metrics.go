@@ -13,10 +13,11 @@ const (
 	resultClaimed   = "claimed"   // a pool pod was claimed and assigned
 	resultForwarded = "forwarded" // forwarded to the owning replica
 	resultExhausted = "exhausted" // the pool had no ready pod in time
+	resultLimited   = "limited"   // the caller's claim rate limit refused a claim
 	resultError     = "error"     // anything else
 )
 
-var assignmentResults = []string{resultExisting, resultClaimed, resultForwarded, resultExhausted, resultError}
+var assignmentResults = []string{resultExisting, resultClaimed, resultForwarded, resultExhausted, resultLimited, resultError}
 
 // metrics are the controller's Prometheus series, on their own registry.
 // Function-labelled series are created at zero when a Function appears and
@@ -34,6 +35,7 @@ type metrics struct {
 	scaleDecisions   *prometheus.CounterVec
 	informerLag      prometheus.Gauge
 	ownershipMoves   prometheus.Counter
+	wireViolations   *prometheus.CounterVec
 }
 
 // Directions of skipper_controller_scale_decisions_total.
@@ -56,7 +58,7 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		assignments: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "skipper_controller_assignments_total",
-			Help: "GetInstance calls answered, by function (namespace/name) and result: existing, claimed, forwarded, exhausted, error.",
+			Help: "GetInstance calls answered, by function (namespace/name) and result: existing, claimed, forwarded, exhausted, limited, error.",
 		}, []string{"function", "result"}),
 		assignmentTime: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "skipper_controller_assignment_seconds",
@@ -99,13 +101,20 @@ func newMetrics() *metrics {
 			Name: "skipper_controller_ownership_moves_total",
 			Help: "Functions this replica gained or lost on a ring change.",
 		}),
+		wireViolations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skipper_controller_wire_violations_total",
+			Help: "Values routers sent outside their bounds, by field; none of them was applied (see the controller's wire bounds).",
+		}, []string{"field"}),
+	}
+	for _, f := range wireFields {
+		m.wireViolations.WithLabelValues(f)
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.assignments, m.assignmentTime, m.ownedFunctions, m.ringMembers,
 		m.heartbeatBatches, m.instances, m.poolWaiters, m.routerStreams,
-		m.scaleDecisions, m.informerLag, m.ownershipMoves,
+		m.scaleDecisions, m.informerLag, m.ownershipMoves, m.wireViolations,
 	)
 	return m
 }
@@ -133,5 +142,12 @@ func (m *metrics) functionRemoved(key string) {
 func (m *metrics) setInstances(key string, byState map[string]int) {
 	for _, s := range instanceStates {
 		m.instances.WithLabelValues(key, s).Set(float64(byState[s]))
+	}
+}
+
+// countViolations adds a message's violations to their series.
+func (m *metrics) countViolations(v violations) {
+	for f, n := range v {
+		m.wireViolations.WithLabelValues(f).Add(float64(n.Count))
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -128,12 +130,13 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	}()
 
 	closing := make(chan struct{})
-	grpcSrv := grpc.NewServer()
+	grpcSrv := grpc.NewServer(grpcServerOptions(cfg)...)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	hs.SetServingStatus(skipperv1.Controller_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(grpcSrv, hs)
-	skipperv1.RegisterControllerServer(grpcSrv, &server{c: c, closing: closing})
+	skipperv1.RegisterControllerServer(grpcSrv, &server{c: c, closing: closing,
+		limits: newClaimLimiter(cfg.ClaimRatePerRouter, cfg.ClaimBurstPerRouter)})
 	var grpcWG sync.WaitGroup
 	grpcErr := make(chan error, 1)
 	grpcWG.Go(func() { grpcErr <- grpcSrv.Serve(grpcLis) })
@@ -170,6 +173,22 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	}
 	grpcWG.Wait()
 	return serveErr
+}
+
+// grpcServerOptions bounds what one client can hold or push on the gRPC
+// server: concurrent streams per connection, the size of one message, and
+// how often it may ping.
+func grpcServerOptions(cfg Config) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(uint32(min(cfg.GRPCMaxConcurrentStreams, math.MaxUint32))),
+		grpc.MaxRecvMsgSize(cfg.GRPCMaxRecvMsgSize),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime: cfg.GRPCKeepaliveMinTime,
+			// A router's connection may sit between GetInstance calls with
+			// no stream open; its pings are still bounded by MinTime.
+			PermitWithoutStream: true,
+		}),
+	}
 }
 
 // httpHandler serves /metrics, /healthz (the process is up) and /readyz

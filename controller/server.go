@@ -33,6 +33,9 @@ type server struct {
 	// closing is closed when shutdown begins: Connect streams end so that
 	// GracefulStop need not wait for them.
 	closing <-chan struct{}
+	// limits bounds the claims each router's GetInstance calls start; nil
+	// means no limit.
+	limits *claimLimiter
 }
 
 var _ skipperv1.ControllerServer = (*server)(nil)
@@ -41,7 +44,14 @@ var _ skipperv1.ControllerServer = (*server)(nil)
 func (s *server) GetInstance(ctx context.Context, req *skipperv1.GetInstanceRequest) (*skipperv1.GetInstanceResponse, error) {
 	start := time.Now()
 	key := refKey(req.GetFunction())
-	resp, result, err := s.getInstance(ctx, req)
+	var resp *skipperv1.GetInstanceResponse
+	result := resultError
+	v := checkGetInstance(req)
+	err := v.err("GetInstance")
+	if err == nil {
+		resp, result, err = s.getInstance(ctx, req)
+	}
+	s.c.metrics.countViolations(v)
 	s.c.metrics.assignmentTime.Observe(time.Since(start).Seconds())
 	if validateRef(req.GetFunction().GetNamespace(), req.GetFunction().GetName()) == nil {
 		if _, ferr := s.c.cache.function(req.GetFunction().GetNamespace(), req.GetFunction().GetName()); ferr == nil {
@@ -54,6 +64,9 @@ func (s *server) GetInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 		switch st.Code() {
 		case codes.InvalidArgument, codes.NotFound, codes.Canceled, codes.DeadlineExceeded:
 			level = slog.LevelDebug // the caller's problem, answered with a clear status
+		}
+		if errors.Is(err, ErrClaimRateLimited) {
+			level = slog.LevelDebug // a router over its limit would log every call; counted as result="limited"
 		}
 		s.c.log.Log(ctx, level, "GetInstance failed", "function", key, "router", req.GetRouter().GetPod(),
 			"forwarded", req.GetForwarded(), "code", st.Code().String(), "err", st.Message())
@@ -93,15 +106,13 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 		return nil, resultError, err
 	}
 	c.touch(key, time.Now())
+	admit := func() error { return s.limits.admit(req.GetRouter().GetPod(), time.Now()) }
 	if fn.Spec.Oneshot {
-		return c.getOneshot(ctx, fn, port, req.GetRouter())
+		return c.getOneshot(ctx, fn, port, req.GetRouter(), admit)
 	}
-	set, claimed, err := c.ensureInstance(ctx, fn, port, req.GetRouter().GetNode(), req.GetUnusablePodUids())
+	set, claimed, err := c.ensureInstance(ctx, fn, port, req.GetRouter().GetNode(), req.GetUnusablePodUids(), admit)
 	if err != nil {
-		if errors.Is(err, ErrPoolEmpty) {
-			return nil, resultExhausted, err
-		}
-		return nil, resultError, err
+		return nil, claimResult(err), err
 	}
 	// The generation describes the full set routers are pushed, unfiltered by
 	// this caller's unusable pods.
@@ -109,7 +120,11 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	if changed {
 		c.hub.publish(key, st.update(fn))
 	}
-	c.hub.subscribe(req.GetRouter(), key)
+	if !c.hub.subscribe(req.GetRouter(), key) {
+		var v violations
+		v.add(fieldSubscriptions, "stream holds %d subscriptions already: %s not subscribed", maxSubscriptions, key)
+		c.metrics.countViolations(v)
+	}
 	result := resultExisting
 	if claimed {
 		result = resultClaimed
@@ -123,12 +138,29 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	}, result, nil
 }
 
+// claimResult is the assignments_total result of a failed claim.
+func claimResult(err error) string {
+	switch {
+	case errors.Is(err, ErrPoolEmpty):
+		return resultExhausted
+	case errors.Is(err, ErrClaimRateLimited):
+		return resultLimited
+	}
+	return resultError
+}
+
 // getOneshot claims a fresh instance of a oneshot function for this call
 // alone: it is handed back in the response's instance, never put in the
-// shared set, and only the router it was handed to may release it.
-func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port int32, router *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, string, error) {
+// shared set, and only the router it was handed to may release it. admit,
+// when not nil, is asked before the claim starts.
+func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port int32, router *skipperv1.RouterIdentity, admit func() error) (*skipperv1.GetInstanceResponse, string, error) {
 	if router.GetPod() == "" {
 		return nil, resultError, withReason(ErrNoRouter, "function %s is oneshot: GetInstance needs router.pod, the only router allowed to release the instance", fn.Key())
+	}
+	if admit != nil {
+		if err := admit(); err != nil {
+			return nil, resultLimited, err
+		}
 	}
 	c.mu.Lock()
 	f := c.startFlightLocked(fn, port, flightOneshot, router.GetNode(), router.GetPod(), nil)
@@ -147,10 +179,7 @@ func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port
 		return nil, resultError, ctx.Err()
 	}
 	if f.err != nil {
-		if errors.Is(f.err, ErrPoolEmpty) {
-			return nil, resultExhausted, f.err
-		}
-		return nil, resultError, f.err
+		return nil, claimResult(f.err), f.err
 	}
 	st, _ := c.observe(fn, nil, time.Now())
 	in := instanceSet(&v1alpha1.Function{ObjectMeta: fn.ObjectMeta}, port, []*corev1.Pod{f.pod}, nil, nil)
@@ -169,7 +198,13 @@ func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port
 // ReleaseInstance implements skipper.v1.Controller: the router that was
 // handed a oneshot instance gives it back, and it is deleted.
 func (s *server) ReleaseInstance(ctx context.Context, req *skipperv1.ReleaseInstanceRequest) (*skipperv1.ReleaseInstanceResponse, error) {
-	resp, err := s.releaseInstance(ctx, req)
+	v := checkRelease(req)
+	s.c.metrics.countViolations(v)
+	var resp *skipperv1.ReleaseInstanceResponse
+	err := v.err("ReleaseInstance")
+	if err == nil {
+		resp, err = s.releaseInstance(ctx, req)
+	}
 	if err != nil {
 		st := grpcStatus(err)
 		s.c.log.Info("ReleaseInstance refused", "function", refKey(req.GetFunction()), "router", req.GetRouter().GetPod(),
@@ -286,8 +321,10 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	if hello == nil {
 		return status.Error(codes.InvalidArgument, "the first message on Connect must be a Hello")
 	}
-	if hello.GetRouter().GetPod() == "" {
-		return status.Error(codes.InvalidArgument, "Hello: router.pod is required")
+	subs, hv, err := checkHello(hello)
+	c.metrics.countViolations(hv)
+	if err != nil {
+		return grpcError(err)
 	}
 	epoch, _ := c.ringView()
 	if err := stream.Send(&skipperv1.ControllerMessage{Message: &skipperv1.ControllerMessage_Welcome{Welcome: &skipperv1.Welcome{
@@ -304,12 +341,25 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	defer c.metrics.routerStreams.Dec()
 	log := c.log.With("router", hello.GetRouter().GetPod(), "node", hello.GetRouter().GetNode(),
 		"incarnation", hello.GetRouter().GetIncarnation())
-	log.Info("router connected", "subscriptions", len(hello.GetSubscriptions()))
+	log.Info("router connected", "subscriptions", len(subs))
+	// Violations are counted on every message and logged once per stream
+	// and field: a router sending the same bad value every second is one
+	// log line, not one a second.
+	logViolations := func(v violations) {
+		if len(v) == 0 {
+			return
+		}
+		if first := rs.unlogged(v); len(first) > 0 {
+			log.Warn("router sent values outside their bounds; not applied (logged once per field and stream, counted in skipper_controller_wire_violations_total)",
+				"violations", first.String())
+		}
+	}
+	logViolations(hv)
 
 	// Re-subscription: a router that holds an older generation than ours
 	// gets the current set at once.
-	for _, sub := range hello.GetSubscriptions() {
-		c.resubscribe(rs, refKey(sub.GetFunction()), sub.GetGeneration())
+	for _, sub := range subs {
+		logViolations(c.resubscribe(rs, sub.Key, sub.Generation))
 	}
 
 	node := hello.GetRouter().GetNode()
@@ -328,22 +378,30 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 			}
 			switch m := m.GetMessage().(type) {
 			case *skipperv1.RouterMessage_Report:
-				rs.report(m.Report, time.Now())
+				now := time.Now()
+				rep, v := checkReport(m.Report, now)
+				rs.report(rep.Sequence, now)
 				// A router reports every function it routes to that
 				// function's owner by its own ring view: after an ownership
 				// move the new owner learns its subscribers here.
-				now := time.Now()
-				for _, fr := range m.Report.GetFunctions() {
-					if key := refKey(fr.GetFunction()); !rs.subscribed(key) && c.owns(key) {
-						c.resubscribe(rs, key, fr.GetGeneration())
+				for _, fr := range rep.Functions {
+					if !rs.subscribed(fr.Key) && c.owns(fr.Key) {
+						v.merge(c.resubscribe(rs, fr.Key, fr.Generation))
 					}
-					c.observeReport(hello.GetRouter(), m.Report, fr, now)
+					c.observeReport(hello.GetRouter(), rep, fr, now)
 				}
+				c.metrics.countViolations(v)
+				logViolations(v)
 				c.metrics.heartbeatBatches.WithLabelValues(node).Inc()
-				log.Debug("report", "sequence", m.Report.GetSequence(), "functions", len(m.Report.GetFunctions()))
+				log.Debug("report", "sequence", rep.Sequence, "functions", len(rep.Functions))
 			case *skipperv1.RouterMessage_Ack:
-				rs.ack(m.Ack)
-				log.Debug("ack", "function", refKey(m.Ack.GetFunction()), "generation", m.Ack.GetGeneration())
+				key, gen, v, ok := checkAck(m.Ack)
+				c.metrics.countViolations(v)
+				logViolations(v)
+				if ok {
+					rs.ack(key, gen)
+					log.Debug("ack", "function", key, "generation", gen)
+				}
 			case *skipperv1.RouterMessage_Hello:
 				log.Warn("ignoring a second Hello on one stream")
 			}
@@ -379,8 +437,14 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 // resubscribe subscribes rs to key, for a router that holds generation gen
 // of it: a router holding another generation is sent the current set at
 // once; a function this replica holds no state for is computed, which
-// publishes it to the new subscriber.
-func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) {
+// publishes it to the new subscriber. A stream at maxSubscriptions is not
+// subscribed: the violation is returned.
+func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) violations {
+	if !rs.subscribe(key) {
+		var v violations
+		v.add(fieldSubscriptions, "stream holds %d subscriptions already: %s not subscribed", maxSubscriptions, key)
+		return v
+	}
 	c.mu.Lock()
 	st, ok := c.fns[key]
 	var cur fnState
@@ -388,12 +452,14 @@ func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) {
 		cur = *st
 	}
 	c.mu.Unlock()
-	rs.mu.Lock()
-	rs.subs[key] = true
-	rs.mu.Unlock()
 	if !ok {
-		c.fnQueue.Add(key)
-		return
+		// Only a function this replica watches is computed: a router
+		// naming functions that do not exist queues no work for them.
+		ns, name, _ := splitKey(key)
+		if _, err := c.cache.function(ns, name); err == nil {
+			c.fnQueue.Add(key)
+		}
+		return nil
 	}
 	if cur.gen != gen {
 		ns, name, _ := splitKey(key)
@@ -404,6 +470,7 @@ func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) {
 			Config:     cur.config.proto(),
 		}, true)
 	}
+	return nil
 }
 
 // forwarder sends GetInstance to the owning replica, one client connection

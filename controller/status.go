@@ -21,6 +21,17 @@ const (
 	// conditionPoolAvailable is False when the pool is missing or the last
 	// claim found it empty.
 	conditionPoolAvailable = "PoolAvailable"
+	// conditionDegraded is True (reason InvalidSpec) while the stored
+	// object is one the controller cannot act on, and False once it is
+	// fixed; a Function never invalid does not carry it.
+	conditionDegraded = "Degraded"
+)
+
+// Reasons of condition Degraded; reasonInvalidSpec is also the Warning
+// Event's reason.
+const (
+	reasonInvalidSpec = "InvalidSpec"
+	reasonSpecValid   = "SpecValid"
 )
 
 // statusView is what the owner reports in a Function's status.
@@ -32,31 +43,52 @@ type statusView struct {
 	exhausted string
 	// poolErr is why the pool cannot be used (nil if it can).
 	poolErr error
+	// invalid is why the Function cannot be acted on ("" if it can): the
+	// status then reports Degraded and nothing else, the counts and the
+	// other conditions staying as they were.
+	invalid string
+}
+
+// degradedSays reports whether fn's status already says it is Degraded
+// for msg.
+func degradedSays(fn *v1alpha1.Function, msg string) bool {
+	c := meta.FindStatusCondition(fn.Status.Conditions, conditionDegraded)
+	return c != nil && c.Status == metav1.ConditionTrue && c.Reason == reasonInvalidSpec && c.Message == msg
 }
 
 // statusPatch returns the merge patch that brings fn's status to v, or nil
 // when the status already says it. Conditions keep their transition times
-// while their status holds.
+// while their status holds. For an invalid Function (v.invalid set) it
+// writes condition Degraded, the owner and the observed generation only.
 func statusPatch(fn *v1alpha1.Function, owner string, v statusView, now time.Time) map[string]any {
 	s := fn.Status
 	type cond struct {
 		typ, reason, msg string
 		ok               bool
 	}
-	want := [2]cond{{typ: conditionReady}, {typ: conditionPoolAvailable}}
-	counts := strconv.Itoa(int(v.ready)) + " of " + strconv.Itoa(int(v.desired)) + " desired instances ready"
-	if v.ready >= v.desired {
-		want[0] = cond{conditionReady, "InstancesReady", counts, true}
+	var want []cond
+	if v.invalid != "" {
+		want = []cond{{conditionDegraded, reasonInvalidSpec, v.invalid, true}}
 	} else {
-		want[0] = cond{conditionReady, "InstancesNotReady", counts, false}
-	}
-	switch {
-	case v.poolErr != nil:
-		want[1] = cond{conditionPoolAvailable, "PoolNotFound", v.poolErr.Error(), false}
-	case v.exhausted != "":
-		want[1] = cond{conditionPoolAvailable, "PoolExhausted", v.exhausted, false}
-	default:
-		want[1] = cond{conditionPoolAvailable, "PoolAvailable", "the pool has ready pods to claim", true}
+		counts := strconv.Itoa(int(v.ready)) + " of " + strconv.Itoa(int(v.desired)) + " desired instances ready"
+		if v.ready >= v.desired {
+			want = append(want, cond{conditionReady, "InstancesReady", counts, true})
+		} else {
+			want = append(want, cond{conditionReady, "InstancesNotReady", counts, false})
+		}
+		switch {
+		case v.poolErr != nil:
+			want = append(want, cond{conditionPoolAvailable, "PoolNotFound", v.poolErr.Error(), false})
+		case v.exhausted != "":
+			want = append(want, cond{conditionPoolAvailable, "PoolExhausted", v.exhausted, false})
+		default:
+			want = append(want, cond{conditionPoolAvailable, "PoolAvailable", "the pool has ready pods to claim", true})
+		}
+		if meta.FindStatusCondition(s.Conditions, conditionDegraded) != nil {
+			// Fixed: Degraded goes back to False (a Function never
+			// invalid does not carry it).
+			want = append(want, cond{conditionDegraded, reasonSpecValid, "the spec is valid", false})
+		}
 	}
 	out := map[string]any{}
 	var conds []metav1.Condition
@@ -83,17 +115,19 @@ func statusPatch(fn *v1alpha1.Function, owner string, v statusView, now time.Tim
 	if s.Owner != owner {
 		out["owner"] = owner
 	}
-	if s.Ready != v.ready {
-		out["ready"] = v.ready
-	}
-	if s.Desired != v.desired {
-		out["desired"] = v.desired
-	}
-	if v.reason != "" && s.LastScaleReason != v.reason {
-		out["lastScaleReason"] = v.reason
-	}
-	if !v.lastScale.IsZero() && (s.LastScaleTime == nil || !s.LastScaleTime.Time.Equal(v.lastScale.Truncate(time.Second))) {
-		out["lastScaleTime"] = metav1.NewTime(v.lastScale)
+	if v.invalid == "" {
+		if s.Ready != v.ready {
+			out["ready"] = v.ready
+		}
+		if s.Desired != v.desired {
+			out["desired"] = v.desired
+		}
+		if v.reason != "" && s.LastScaleReason != v.reason {
+			out["lastScaleReason"] = v.reason
+		}
+		if !v.lastScale.IsZero() && (s.LastScaleTime == nil || !s.LastScaleTime.Time.Equal(v.lastScale.Truncate(time.Second))) {
+			out["lastScaleTime"] = metav1.NewTime(v.lastScale)
+		}
 	}
 	if s.ObservedGeneration != fn.Generation {
 		out["observedGeneration"] = fn.Generation

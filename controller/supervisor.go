@@ -163,35 +163,22 @@ func (c *controller) touch(key string, now time.Time) {
 }
 
 // observeReport feeds one router's report about an owned function into its
-// supervisor's window. A report with no load and no instances does not
-// start a supervisor: an idle function needs none.
-func (c *controller) observeReport(id *skipperv1.RouterIdentity, r *skipperv1.Report, fr *skipperv1.FunctionReport, now time.Time) {
-	key := refKey(fr.GetFunction())
+// supervisor's window. The report has been checked (checkReport): every
+// value is within its bound. A report with no load and no instances does
+// not start a supervisor: an idle function needs none.
+func (c *controller) observeReport(id *skipperv1.RouterIdentity, r wireReport, fr wireFunction, now time.Time) {
+	key := fr.Key
 	if !c.owns(key) {
 		return
 	}
 	rep := scaling.Report{
-		Router:   scaling.RouterID{Pod: id.GetPod(), Incarnation: id.GetIncarnation()},
-		Sequence: r.GetSequence(),
-		Sent:     r.GetTime().AsTime(),
-		InFlight: int64(fr.GetInFlight()),
-		Queued:   int64(fr.GetQueued()),
-		Counters: scaling.Counters{
-			Requests: fr.GetRequestsTotal(), Errors: fr.GetErrorsTotal(), ColdStarts: fr.GetColdStartsTotal(),
-		},
-	}
-	if len(fr.GetInstances()) > 0 {
-		rep.Instances = make([]scaling.InstanceReport, len(fr.GetInstances()))
-		for i, ir := range fr.GetInstances() {
-			rep.Instances[i] = scaling.InstanceReport{
-				PodUID:      ir.GetPodUid(),
-				InFlight:    int64(ir.GetInFlight()),
-				CPUMilli:    int64(ir.GetCpuMillicores()),
-				HasCPU:      ir.CpuMillicores != nil,
-				MemoryBytes: int64(ir.GetMemoryBytes()),
-				HasMemory:   ir.MemoryBytes != nil,
-			}
-		}
+		Router:    scaling.RouterID{Pod: id.GetPod(), Incarnation: id.GetIncarnation()},
+		Sequence:  r.Sequence,
+		Sent:      r.Sent,
+		InFlight:  fr.InFlight,
+		Queued:    fr.Queued,
+		Counters:  fr.Counters,
+		Instances: fr.Instances,
 	}
 	observe := func(s *supervisor) {
 		s.mu.Lock()
@@ -200,7 +187,7 @@ func (c *controller) observeReport(id *skipperv1.RouterIdentity, r *skipperv1.Re
 	}
 	// A supervisor this report starts sees it on its first tick: fed after
 	// the start, the first tick could find no load and stop it again.
-	start := fr.GetInFlight() > 0 || fr.GetQueued() > 0 || len(fr.GetInstances()) > 0
+	start := fr.InFlight > 0 || fr.Queued > 0 || len(fr.Instances) > 0
 	if s, fresh := c.supervisorFor(key, start, observe); s != nil && !fresh {
 		observe(s)
 	}
@@ -235,6 +222,12 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 		s.failures, s.retryAt = 0, time.Time{}
 		s.mu.Unlock()
 	}
+}
+
+// assignGrace is how long after its claim a pod may stay marked
+// assign-pending before it is retired (see assignStale).
+func (c *controller) assignGrace() time.Duration {
+	return c.cfg.ClaimTimeout + 2*c.cfg.AssignTimeout
 }
 
 // maxClaimBackoff bounds the scale-up back-off after failed claims.
@@ -349,13 +342,16 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 	s.instances, s.candidates = s.instances[:0], s.candidates[:0]
 	add := func(pod *corev1.Pod) {
 		at := claimedAt(pod)
-		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && !at.IsZero() && now.Sub(at) >= c.cfg.OneshotLease) {
+		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && !at.IsZero() && now.Sub(at) >= c.cfg.OneshotLease) ||
+			assignStale(pod, now, c.assignGrace()) {
 			if _, draining := s.drains[pod.UID]; !draining {
 				p.retire = append(p.retire, pod)
 			}
 			return
 		}
-		inst := scaling.Instance{Ready: podReady(pod), ReadyChanged: readySince(pod)}
+		// A pod still marked assign-pending serves nothing yet: another
+		// claim is assigning it.
+		inst := scaling.Instance{Ready: podReady(pod) && !assignPending(pod), ReadyChanged: readySince(pod)}
 		if pod.Status.StartTime != nil {
 			inst.Started = pod.Status.StartTime.Time
 		}
@@ -369,9 +365,13 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: at})
 	}
 	c.mu.Lock()
+	assumed := c.assumedLocked(fn.Key(), pods, now)
 	for _, pod := range pods {
 		switch {
 		case pod.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(pod, fn):
+		case containsPod(assumed, pod.UID):
+			// The cache shows it still marked assign-pending, but this
+			// replica recorded its assignment: added below, once, as assumed.
 		case pod.DeletionTimestamp != nil:
 			p.terminating++
 		case c.reserved[pod.UID]:
@@ -381,7 +381,7 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 			add(pod) // restarted ones too: add sends them to retire
 		}
 	}
-	for _, pod := range c.assumedLocked(fn.Key(), pods, now) {
+	for _, pod := range assumed {
 		if !c.retiredLocked(pod.UID, now) {
 			add(pod)
 		}
@@ -424,8 +424,13 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, now time.Time) {
 	c := s.c
 	for _, pod := range p.retire {
-		reason := "its container restarted since it was claimed"
-		if !restartedSinceClaim(pod) {
+		var reason string
+		switch {
+		case restartedSinceClaim(pod):
+			reason = "its container restarted since it was claimed"
+		case assignPending(pod):
+			reason = "its assignment was never recorded (still marked " + annAssignPending + " " + c.assignGrace().String() + " after its claim)"
+		default:
 			reason = "its oneshot lease expired"
 		}
 		c.withdraw(fn, p.port, []*corev1.Pod{pod}, now, now.Add(assumedTTL))

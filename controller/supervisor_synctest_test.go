@@ -15,6 +15,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -90,10 +91,13 @@ func TestSupervisorTimingOnFakeTime(t *testing.T) {
 		seq := uint64(0)
 		report := func(inFlight uint32) {
 			seq++
-			r := &skipperv1.Report{Sequence: seq}
-			c.observeReport(router, r, &skipperv1.FunctionReport{
+			rep, v := checkReport(&skipperv1.Report{Sequence: seq, Time: timestamppb.Now(), Functions: []*skipperv1.FunctionReport{{
 				Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"}, InFlight: inFlight,
-			}, time.Now())
+			}}}, time.Now())
+			if len(v) > 0 || len(rep.Functions) != 1 {
+				t.Fatalf("checkReport: %v, %d functions", v, len(rep.Functions))
+			}
+			c.observeReport(router, rep, rep.Functions[0], time.Now())
 		}
 		instances := func() int {
 			return len(e.livePods("hello"))
@@ -161,7 +165,8 @@ func TestSupervisorTimingOnFakeTime(t *testing.T) {
 
 // TestColdGetInstanceWritesOnlyTheClaim checks the cold start's critical
 // path on the API server: a GetInstance that starts a function from zero
-// writes the claim patch and nothing else until it has answered; the
+// writes the claim patch and the record of its assignment and nothing else
+// until it has answered; the
 // supervisor it starts writes status and its ScaledUp Event one scale
 // interval later, when they no longer compete with the claim.
 func TestColdGetInstanceWritesOnlyTheClaim(t *testing.T) {
@@ -194,11 +199,11 @@ func TestColdGetInstanceWritesOnlyTheClaim(t *testing.T) {
 		}
 		synctest.Wait() // whatever the call set off and can run without the clock moving
 		claims, others := writes()
-		if len(claims) != 1 || assigned.Load() != 1 {
-			t.Fatalf("cold GetInstance: %d claim patches and %d assignments, want 1 and 1", len(claims), assigned.Load())
+		if len(claims) != 2 || assigned.Load() != 1 {
+			t.Fatalf("cold GetInstance: %d pod patches and %d assignments, want 2 (claim, record) and 1", len(claims), assigned.Load())
 		}
 		if len(others) > 0 {
-			t.Errorf("cold GetInstance wrote %v before a scale interval passed; want only the claim patch on its path", others)
+			t.Errorf("cold GetInstance wrote %v before a scale interval passed; want only the claim and record patches on its path", others)
 		}
 		// One interval later the supervisor's first tick records the scale-up.
 		time.Sleep(cfg.ScaleInterval - time.Since(start))

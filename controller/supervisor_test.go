@@ -4,11 +4,19 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,10 +77,12 @@ func staleInformer(e *testEnv) {
 	})
 }
 
+// claimedPods returns the pods the API server patched, each once (a claim
+// is a claim patch and the record of its assignment).
 func (e *testEnv) claimedPods() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Clone(e.patchedOK)
+	return slices.Compact(slices.Sorted(slices.Values(e.patchedOK)))
 }
 
 func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
@@ -90,31 +100,47 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	claimed := func() int {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		n := 0
+		for _, as := range c.assumed {
+			n += len(as)
+		}
+		return n
+	}
 	most := 0
 	for _, want := range []int{3, 3, 5, 2} { // later rounds find the earlier claims only as expectations
 		most = max(most, want)
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Go(func() { c.scaleUp(cached, e.assignPort, want) })
+		// Rounds of concurrent scale-ups, as ticks: each starts at most
+		// --max-parallel-claims less those in flight, so a want above it
+		// takes more than one round.
+		for round := 0; ; round++ {
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() { c.scaleUp(cached, e.assignPort, want) })
+			}
+			// A cold GetInstance in the middle of it joins a claim in flight or
+			// finds the set non-empty: it never claims on its own.
+			if _, _, err := c.ensureInstance(t.Context(), cached, e.assignPort, "", nil, nil); err != nil {
+				t.Fatalf("ensureInstance: %v", err)
+			}
+			wg.Wait()
+			eventually(t, "claims in flight to end", func() bool {
+				c.mu.Lock()
+				defer c.mu.Unlock()
+				return len(c.flights) == 0
+			})
+			if claimed() >= most || round > 10 {
+				break
+			}
 		}
-		// A cold GetInstance in the middle of it joins a claim in flight or
-		// finds the set non-empty: it never claims on its own.
-		if _, _, err := c.ensureInstance(t.Context(), cached, e.assignPort, "", nil); err != nil {
-			t.Fatalf("ensureInstance: %v", err)
-		}
-		wg.Wait()
-		eventually(t, "claims in flight to end", func() bool {
-			c.mu.Lock()
-			defer c.mu.Unlock()
-			return len(c.flights) == 0
-		})
 		if got := e.claimedPods(); len(got) != most {
 			t.Fatalf("after scale-ups to %d: claimed %d pods %v, want %d", want, len(got), got, most)
 		}
 	}
-	got := e.claimedPods()
-	if len(got) != 5 {
-		t.Errorf("claimed %d pods %v, want 5 (the highest want)", len(got), got)
+	if got := claimed(); got != 5 {
+		t.Errorf("claimed %d pods, want 5 (the highest want)", got)
 	}
 	if n := len(e.assignRequests()); n != 5 {
 		t.Errorf("%d assign requests, want 5", n)
@@ -729,5 +755,272 @@ func TestReleaseOfInstanceClaimedBeforeOwnershipMoved(t *testing.T) {
 	}
 	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), "claimed-elsewhere", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("released pod: err = %v, want NotFound", err)
+	}
+}
+
+// blockingAssign is an assign endpoint that holds every request until
+// release is called (or the test ends); it returns its port and release.
+func blockingAssign(t *testing.T) (port int32, release func(), requests *atomic.Int32) {
+	t.Helper()
+	gate := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
+	requests = &atomic.Int32{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		select {
+		case <-gate:
+			w.WriteHeader(http.StatusOK)
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(release) // runs first: Close waits for handlers
+	_, p, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	n, _ := strconv.Atoi(p)
+	return int32(n), release, requests
+}
+
+// TestScaleUpToHugeWantClaimsAtMostTheBound: a scale-up to 2^31-1
+// instances (a Function that slipped past validation, a report that asks
+// for it) starts no more claims than --max-parallel-claims and the pool's
+// candidates allow, tick after tick; goroutines stay bounded.
+func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
+	e := newTestEnv(t)
+	port, release, requests := blockingAssign(t)
+	fn := e.fnFor("huge", "echo")
+	fn.Spec.Port = port
+	e.add(poolDeploy("echo"), fn)
+	for i := range 20 {
+		e.add(poolPod(fmt.Sprintf("p%02d", i), "echo"))
+	}
+	const bound = 4
+	c := startController(t, e, func(c *Config) { c.MaxParallelClaims, c.AssignTimeout = bound, 10*time.Second })
+	cached, err := c.cache.function("default", "huge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := runtime.NumGoroutine()
+	started, most, maxGoroutines := 0, 0, 0
+	for range 30 { // ticks
+		started += c.scaleUp(cached, port, math.MaxInt32)
+		c.mu.Lock()
+		most = max(most, c.inFlightLocked())
+		c.mu.Unlock()
+		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
+		time.Sleep(5 * time.Millisecond)
+	}
+	eventually(t, "claims reach the assign endpoint", func() bool { return requests.Load() == bound })
+	if started != bound || most != bound {
+		t.Errorf("30 scale-ups to 2^31-1 started %d claims, at most %d in flight; want %d", started, most, bound)
+	}
+	if extra := maxGoroutines - before; extra > 100 {
+		t.Errorf("%d goroutines above the baseline with %d claims in flight", extra, bound)
+	}
+	// Once claims complete, later ticks claim on, never more than the pool
+	// holds.
+	release()
+	eventuallyFor(t, 10*time.Second, "the pool's 20 pods claimed", func() bool {
+		c.scaleUp(cached, port, math.MaxInt32)
+		return len(e.claimedPods()) == 20
+	})
+	// A pod shows as claimed once its claim patch landed; its assign
+	// follows.
+	eventually(t, "an assign request for each of the 20 claimed pods", func() bool { return requests.Load() == 20 })
+	for range 5 {
+		if n := c.scaleUp(cached, port, math.MaxInt32); n > 1 {
+			t.Errorf("scale-up with an empty pool started %d claims, want at most one waiting", n)
+		}
+	}
+	if n := requests.Load(); n != 20 {
+		t.Errorf("%d assign requests for a pool of 20", n)
+	}
+}
+
+// TestPodReachesRoutersOnlyAfterAssign: a claimed pod whose instance has
+// not accepted its assignment is in no instance set, however soon the
+// informer shows the claim; it reaches routers once the assign succeeded
+// and the record patch removed the assign-pending mark.
+func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
+	e := newTestEnv(t)
+	port, release, requests := blockingAssign(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.Port = port
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+
+	// A router subscribed to the function from its Hello.
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	stream, err := r.client.Connect(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{
+		Router: id, Subscriptions: []*skipperv1.Subscription{{Function: ref("default", "hello")}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var served []string // pods any update handed out
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			m, err := stream.Recv()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			for _, in := range m.GetUpdate().GetInstances() {
+				served = append(served, in.GetPod())
+			}
+			mu.Unlock()
+		}
+	})
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	servedPods := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(served)
+	}
+
+	type result struct {
+		resp *skipperv1.GetInstanceResponse
+		err  error
+	}
+	done := make(chan result, 1)
+	go func() {
+		resp, err := getInstance(context.Background(), r, "hello", id)
+		done <- result{resp, err}
+	}()
+	eventually(t, "the assign request sent", func() bool { return requests.Load() == 1 })
+	p1 := e.pod("p1")
+	if p1.Labels[v1alpha1.LabelFunction] != "hello" || !assignPending(p1) {
+		t.Fatalf("p1 during the assign: labels %v annotations %v; want claimed and marked %s", p1.Labels, p1.Annotations, annAssignPending)
+	}
+	// The informer shows the claim at once; give the replica time to react.
+	time.Sleep(300 * time.Millisecond)
+	if got := servedPods(); len(got) != 0 {
+		t.Fatalf("routers were handed %v before the instance accepted its assignment", got)
+	}
+	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: ref("default", "hello")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range st.GetFunctions() {
+		if len(f.GetInstances()) != 0 {
+			t.Fatalf("GetState shows instances %v before the assign succeeded", f.GetInstances())
+		}
+	}
+
+	release()
+	res := <-done
+	if res.err != nil || len(res.resp.GetInstances()) != 1 || res.resp.GetInstances()[0].GetPod() != "p1" {
+		t.Fatalf("GetInstance = %v, %v; want p1", res.resp, res.err)
+	}
+	if p1 := e.pod("p1"); assignPending(p1) {
+		t.Errorf("p1 still marked %s after its assign succeeded", annAssignPending)
+	}
+	eventually(t, "p1 pushed to the router", func() bool { return slices.Contains(servedPods(), "p1") })
+}
+
+// TestUnrecordedClaimNeverServedAndRetired: a pod a replica claimed but
+// never recorded as assigned (it died in between) is in no instance set;
+// once no claim can record it any more, the owner deletes it. One claimed
+// just now is left alone.
+func TestUnrecordedClaimNeverServedAndRetired(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	marked := func(at time.Time) podOpt {
+		return func(p *corev1.Pod) {
+			claimedBy(fn)(p)
+			annotated(annClaimedAt, at.UTC().Format(time.RFC3339Nano))(p)
+			annotated(annAssignPending, "true")(p)
+		}
+	}
+	e.add(poolDeploy("echo"), fn,
+		poolPod("stale", "echo", marked(time.Now().Add(-time.Hour))),
+		poolPod("fresh", "echo", marked(time.Now())))
+	c := startController(t, e, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
+	cached, err := c.cache.function("default", "hello")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the stale pod deleted", func() bool {
+		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), "stale", metav1.GetOptions{})
+		return apierrors.IsNotFound(err)
+	})
+	if set := c.currentSet(cached, e.assignPort, nil); len(set) != 0 {
+		t.Errorf("instance set %v, want none: neither pod's assignment is recorded", set)
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), "fresh", metav1.GetOptions{}); err != nil {
+		t.Errorf("the pod claimed just now: %v; want it kept while its claim may still record it", err)
+	}
+}
+
+func TestClaimLimiter(t *testing.T) {
+	var none *claimLimiter
+	if err := none.admit("any", time.Now()); err != nil {
+		t.Errorf("nil limiter: %v", err)
+	}
+	l := newClaimLimiter(1, 2)
+	now := time.Now()
+	for i := range 2 {
+		if err := l.admit("a", now); err != nil {
+			t.Fatalf("claim %d within the burst: %v", i, err)
+		}
+	}
+	err := l.admit("a", now)
+	if !errors.Is(err, ErrClaimRateLimited) || grpcStatus(err).Code() != codes.ResourceExhausted {
+		t.Fatalf("claim past the burst: %v, want ErrClaimRateLimited as ResourceExhausted", err)
+	}
+	if err := l.admit("b", now); err != nil {
+		t.Errorf("another caller: %v", err)
+	}
+	// Idle buckets are dropped once refilled (burst/qps = 2s).
+	if err := l.admit("c", now.Add(3*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if n := l.callers(); n != 1 {
+		t.Errorf("%d callers held after the others idled, want 1", n)
+	}
+	// Callers beyond the bound share one bucket: memory stays bounded.
+	big := newClaimLimiter(1e9, 1e9)
+	for i := range maxLimiterCallers + 100 {
+		_ = big.admit(strconv.Itoa(i), now)
+	}
+	if n := big.callers(); n != maxLimiterCallers {
+		t.Errorf("%d callers held, want at most %d", n, maxLimiterCallers)
+	}
+}
+
+// TestClaimRateLimitPerRouter: one router's GetInstance calls start at most
+// --claim-burst-per-router claims at once and get ResourceExhausted with a
+// reason beyond; another router is not affected.
+func TestClaimRateLimitPerRouter(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("once", "echo")
+	fn.Spec.Oneshot = true // every call claims
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimRatePerRouter, c.ClaimBurstPerRouter = 0.001, 1 })
+	routerA := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	routerB := &skipperv1.RouterIdentity{Node: "node-2", Pod: "skipper-system/router-b", Incarnation: "i1"}
+	if _, err := getInstance(t.Context(), r, "once", routerA); err != nil {
+		t.Fatalf("first claim: %v", err)
+	}
+	_, err := getInstance(t.Context(), r, "once", routerA)
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "claims") {
+		t.Fatalf("second claim of router a: %v, want ResourceExhausted with a reason", err)
+	}
+	if _, err := getInstance(t.Context(), r, "once", routerB); err != nil {
+		t.Fatalf("router b: %v", err)
+	}
+	if n := len(e.claimedPods()); n != 2 {
+		t.Errorf("%d pods claimed, want 2", n)
+	}
+	_, body := httpGetBody(t, r.httpAddr, "/metrics")
+	if want := `skipper_controller_assignments_total{function="default/once",result="limited"} 1`; !strings.Contains(body, want) {
+		t.Errorf("/metrics lacks %q", want)
 	}
 }

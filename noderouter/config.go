@@ -109,6 +109,15 @@ type Config struct {
 	// MaxBodyBytes bounds a request body; larger ones get 413. 0 means no
 	// limit.
 	MaxBodyBytes int64
+	// MaxInFlight bounds the requests the router handles at once, across
+	// all functions; one more gets 503 with Retry-After (reason
+	// router_overloaded). 0 means no limit.
+	MaxInFlight int
+
+	// CacheIdleTimeout is how long a function's cache entry is kept with
+	// no request and no instance assigned; then it is dropped with its
+	// metric series (the next request is a cache miss).
+	CacheIdleTimeout time.Duration
 
 	// CgroupRoot is where the pods' cgroups are looked for, relative to the
 	// mount of each cgroup hierarchy found in /proc/mounts; the CPU and
@@ -189,7 +198,9 @@ func DefaultConfig() Config {
 		RetryBackoffBase:    10 * time.Millisecond,
 		RetryBackoffMax:     500 * time.Millisecond,
 		MaxHeaderBytes:      64 << 10,
-		MaxBodyBytes:        0,
+		MaxBodyBytes:        10 << 20,
+		MaxInFlight:         10000,
+		CacheIdleTimeout:    10 * time.Minute,
 		LogLevel:            "info",
 		CgroupRoot:          "/",
 
@@ -245,6 +256,7 @@ func (c Config) Validate() error {
 	pos(c.ShutdownTimeout, "shutdown-timeout")
 	pos(c.DialTimeout, "dial-timeout")
 	pos(c.IdleConnTimeout, "idle-conn-timeout")
+	pos(c.CacheIdleTimeout, "cache-idle-timeout")
 	if c.ReconnectMax < c.ReconnectMin {
 		errs = append(errs, fmt.Errorf("--reconnect-max %s is below --reconnect-min %s", c.ReconnectMax, c.ReconnectMin))
 	}
@@ -275,6 +287,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxBodyBytes < 0 {
 		errs = append(errs, fmt.Errorf("--max-body-bytes %d must not be negative (0: no limit)", c.MaxBodyBytes))
+	}
+	if c.MaxInFlight < 0 {
+		errs = append(errs, fmt.Errorf("--max-in-flight %d must not be negative (0: no limit)", c.MaxInFlight))
 	}
 	if c.MaxIdleConnsPerHost < 1 {
 		errs = append(errs, fmt.Errorf("--max-idle-conns-per-host %d must be at least 1", c.MaxIdleConnsPerHost))
@@ -476,8 +491,11 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	dur(&c.RetryBackoffMax, "retry-backoff-max", "longest wait before a retry")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header accepted; larger: 431")
 	envs("max-header-bytes")
-	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted; larger: 413; 0: no limit")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes; larger: 413 with a JSON reason (body_too_large), at once for a Content-Length over it, as the body streams otherwise; 0: no limit")
 	envs("max-body-bytes")
+	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests the router handles at once, across all functions (queued and cold ones included); more: 503 with Retry-After and a JSON reason (router_overloaded); 0: no limit")
+	envs("max-in-flight")
+	dur(&c.CacheIdleTimeout, "cache-idle-timeout", "a function's cache entry with no request for this long and no instance assigned is dropped with its metric series; the next request asks the controller again")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.CgroupRoot, "cgroup-root", "directory below each cgroup hierarchy's mount (from /proc/mounts) where the pods' cgroups are found by the kubelet's naming; the CPU and memory of this node's instances are read there for the reports (a DaemonSet mounts the host's /sys/fs/cgroup); empty: not read")
 	str(&c.LocalAddress, "local-address", "node-local IPv4 address kept on dummy link skipper0 (or as lo:skipper where dummy links are unsupported) and served on at --local-port; BPF steers calls there; needs CAP_NET_ADMIN (and CAP_NET_BIND_SERVICE for a port below 1024); empty: off")

@@ -51,11 +51,13 @@ func TestParseConfig(t *testing.T) {
 		{
 			name: "flags win",
 			args: []string{"--node-name=n2", "--cold-start-timeout", "250ms", "--controller-addresses=127.0.0.1:1", "--listen=198.51.100.11:8380", "--default-namespace=default",
-				"--negative-cache-ttl=500ms", "--negative-cache-size=5", "--max-attempts=5", "--retry-backoff-base=1ms", "--retry-backoff-max=1s", "--max-header-bytes=8192", "--max-body-bytes=1048576"},
+				"--negative-cache-ttl=500ms", "--negative-cache-size=5", "--max-attempts=5", "--retry-backoff-base=1ms", "--retry-backoff-max=1s", "--max-header-bytes=8192", "--max-body-bytes=1048576",
+				"--max-in-flight=0", "--cache-idle-timeout=1h"},
 			want: func(c *Config) {
 				c.NegativeCacheTTL, c.NegativeCacheSize = 500*time.Millisecond, 5
 				c.MaxAttempts, c.RetryBackoffBase, c.RetryBackoffMax = 5, time.Millisecond, time.Second
 				c.MaxHeaderBytes, c.MaxBodyBytes = 8192, 1<<20
+				c.MaxInFlight, c.CacheIdleTimeout = 0, time.Hour
 				c.NodeName = "n2"
 				c.PodName = "router-env"
 				c.ColdStartTimeout = 250 * time.Millisecond
@@ -67,11 +69,13 @@ func TestParseConfig(t *testing.T) {
 		{
 			name: "every problem at once",
 			args: []string{"--node-name=", "--pod-name=", "--mode=sidecar", "--listen=:8380", "--cold-start-timeout=0s", "--controller-addresses=nope", "--default-namespace=Bad", "--reconnect-max=1ms", "--log-level=loud",
-				"--negative-cache-ttl=2s", "--negative-cache-size=-1", "--max-attempts=0", "--retry-backoff-base=0s", "--retry-backoff-max=-1s", "--max-header-bytes=10", "--max-body-bytes=-1"},
+				"--negative-cache-ttl=2s", "--negative-cache-size=-1", "--max-attempts=0", "--retry-backoff-base=0s", "--retry-backoff-max=-1s", "--max-header-bytes=10", "--max-body-bytes=-1",
+				"--max-in-flight=-1", "--cache-idle-timeout=0s"},
 			wantErr: []string{"--node-name is required", "--pod-name is required", "--listen :8380: a sidecar serves its own pod only", "--cold-start-timeout 0s must be positive",
 				`"nope"`, "--default-namespace", "--reconnect-max", "--log-level",
 				"--negative-cache-ttl 2s", "callable within 2s", "--negative-cache-size -1", "--max-attempts 0", "--retry-backoff-base 0s must be positive",
-				"--retry-backoff-max -1s is below", "--max-header-bytes 10", "--max-body-bytes -1"},
+				"--retry-backoff-max -1s is below", "--max-header-bytes 10", "--max-body-bytes -1",
+				"--max-in-flight -1", "--cache-idle-timeout 0s must be positive"},
 		},
 		{name: "negative cache off", args: []string{"--negative-cache-ttl=0s", "--negative-cache-size=0"}, want: func(c *Config) {
 			fromEnv(c)

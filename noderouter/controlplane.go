@@ -61,6 +61,8 @@ type controlPlane struct {
 
 	spareMu sync.Mutex
 	spares  map[route.Ref]spare // oneshot instances not yet taken
+
+	idle route.Idle // owned by sweepLoop
 }
 
 var _ resolver = (*controlPlane)(nil)
@@ -306,6 +308,9 @@ func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, know
 		cp.m.getInstance.WithLabelValues(res).Inc()
 		if status.Code(err) == codes.NotFound {
 			cp.negative.Add(ref, time.Now())
+			// The function is gone (deleted while no update reached this
+			// router): its entry leaves after one last report.
+			cp.cache.Remove(ref, known)
 		}
 		cp.log.Info("GetInstance failed", "function", key, "controller", owner, "code", status.Code(err).String(), "err", err)
 		return nil, err
@@ -560,17 +565,47 @@ func (cp *controlPlane) stream(ctx context.Context, c *controller) (welcomed boo
 	}
 }
 
-// sendReport builds and sends one report and counts it.
+// sendReport builds and sends one report and counts it. The removed
+// functions it reported a last time leave the cache once it is sent.
 func (cp *controlPlane) sendReport(st grpc.BidiStreamingClient[pb.RouterMessage, pb.ControllerMessage], addr string, seq uint64, now time.Time) error {
 	start := time.Now()
-	rep := cp.report(addr, seq, now)
+	rep, last := cp.report(addr, seq, now)
 	if err := st.Send(&pb.RouterMessage{Message: &pb.RouterMessage_Report{Report: rep}}); err != nil {
 		return fmt.Errorf("send report: %w", err)
 	}
 	cp.m.heartbeats.WithLabelValues(addr).Inc()
 	cp.m.heartbeatEntries.Observe(float64(len(rep.Functions)))
 	cp.m.heartbeatSend.Observe(time.Since(start).Seconds())
+	for _, e := range last {
+		cp.drop(e, "removed")
+	}
 	return nil
+}
+
+// drop takes e out of the cache and deletes its function's metric series,
+// unless e was stored again (the function came back) meanwhile. why is
+// logged.
+func (cp *controlPlane) drop(e *route.Entry, why string) {
+	if !cp.cache.Drop(e) {
+		return
+	}
+	cp.m.forgetFunction(e.Key)
+	cp.log.Debug("cache entry dropped", "function", e.Key, "why", why,
+		"requests", e.Requests.Load(), "errors", e.Errors.Load())
+}
+
+// sweepLoop drops, every interval until ctx ends, the cache entries that
+// served no request for the idle timeout and hold no instance, and the
+// removed ones whose last report could not be sent (no stream to their
+// owner) once they are idle too.
+func (cp *controlPlane) sweepLoop(ctx context.Context, interval time.Duration) {
+	every(ctx, interval, cp.sweep)
+}
+
+func (cp *controlPlane) sweep(now time.Time) {
+	for _, e := range cp.idle.Expired(cp.cache.Entries(), now, cp.cfg.CacheIdleTimeout) {
+		cp.drop(e, "idle")
+	}
 }
 
 // receive applies what the controller pushes until the stream ends.
@@ -652,10 +687,15 @@ func (cp *controlPlane) subscriptions(addr string) []*pb.Subscription {
 }
 
 // report builds one heartbeat batch for the controller at addr: every
-// cached function it owns, gauges and cumulative counters.
-func (cp *controlPlane) report(addr string, seq uint64, now time.Time) *pb.Report {
-	rep := &pb.Report{Sequence: seq, Time: timestamppb.New(now), Interval: durationpb.New(cp.cfg.ReportInterval)}
+// cached function it owns, gauges and cumulative counters. last are the
+// removed functions with nothing in flight: this report carries their
+// final counters, and they leave the cache once it is sent.
+func (cp *controlPlane) report(addr string, seq uint64, now time.Time) (rep *pb.Report, last []*route.Entry) {
+	rep = &pb.Report{Sequence: seq, Time: timestamppb.New(now), Interval: durationpb.New(cp.cfg.ReportInterval)}
 	for _, e := range cp.owned(addr) {
+		if e.Gone() {
+			last = append(last, e)
+		}
 		fr := &pb.FunctionReport{
 			Function:        &pb.FunctionRef{Namespace: e.Ref.Namespace, Name: e.Ref.Name},
 			InFlight:        clampU32(e.InFlight.Load()),
@@ -683,7 +723,7 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) *pb.Repor
 		}
 		rep.Functions = append(rep.Functions, fr)
 	}
-	return rep
+	return rep, last
 }
 
 func clampU32(v int64) uint32 {

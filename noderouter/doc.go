@@ -45,10 +45,28 @@
 // was read is never resent, whatever its method. When evictions empty the
 // cached set the owner is asked again, naming the evicted pods unusable.
 //
-// Limits: --max-header-bytes (431 from net/http) and --max-body-bytes (413
-// with the JSON body: at once for a Content-Length over it, as the read
-// crosses it for a chunked body); a cache miss waits at most
-// --cold-start-timeout, then 503 with Retry-After.
+// Limits: --max-header-bytes (431 from net/http), --max-body-bytes (default
+// 10 MiB; 413 with the JSON body: at once for a Content-Length over it, as
+// the read crosses it for a chunked body) and --max-in-flight (default
+// 10000 requests at once across all functions; 503 router_overloaded with
+// Retry-After); a cache miss waits at most --cold-start-timeout, then 503
+// with Retry-After. Answers of limits count in
+// skipper_noderouter_rejected_total{reason}.
+//
+// Nothing leaks: every instance a request takes (a slot below the
+// concurrencyLimit, or a oneshot instance) is given back by a defer in the
+// handler (proxy.attempt), so also when the exchange breaks after the
+// response's header and the copy aborts the handler with
+// http.ErrAbortHandler (the panic goes on to net/http, which drops the
+// caller's connection); such a request counts as 499, 502 or 504 by its
+// cause. A request leaving the queue (caller gone, queue timeout) holds no
+// slot. A function the controller removed (an AssignmentUpdate marked
+// removed: the Function was deleted) or GetInstance answered NotFound for
+// loses its assignment at once, and its cache entry and metric series once
+// nothing of it is in flight and one more report carried its final
+// counters; an entry with no instance and no request for
+// --cache-idle-timeout (default 10m) is dropped too, so reports and series
+// grow with the functions in use, not with every function ever called.
 //
 // Control plane (controlplane.go): the ring members are the ready endpoints
 // of the controllers' headless Service (an EndpointSlice informer,
@@ -60,7 +78,7 @@
 // (in-flight gauges, cumulative request, error and cold-start counters per
 // incarnation, per-instance in-flight and requests). Pushed
 // AssignmentUpdates replace a function's set when their generation is newer
-// or drop it when removed, and are Acked with the generation the router
+// or drop it when removed (see "Nothing leaks"), and are Acked with the generation the router
 // routes with. A stream that ends is reopened with jittered exponential
 // backoff (--reconnect-min … --reconnect-max).
 //

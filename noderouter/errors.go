@@ -39,7 +39,12 @@ const (
 	reasonQueueFull         = "queue_full"
 	reasonQueueTimeout      = "queue_timeout"
 	reasonBodyTooLarge      = "body_too_large"
+	reasonRouterOverloaded  = "router_overloaded"
 )
+
+// rejectReasons are the answers of limits, counted in
+// skipper_noderouter_rejected_total{reason} (all initialised at 0).
+var rejectReasons = []string{reasonRouterOverloaded, reasonBodyTooLarge, reasonQueueFull}
 
 // answer is an error response the router writes itself.
 type answer struct {
@@ -96,10 +101,18 @@ func unknownAnswer(ref route.Ref) answer {
 	return answer{status: http.StatusNotFound, reason: reasonUnknownFunction, msg: "function " + ref.String() + " not found"}
 }
 
-// tooLargeAnswer is the 413 of a body over --max-body-bytes.
+// tooLargeAnswer is the 413 of a body over --max-body-bytes. Like
+// overloadedAnswer it may come before the name was checked: not known.
 func tooLargeAnswer(limit int64) answer {
 	return answer{status: http.StatusRequestEntityTooLarge, reason: reasonBodyTooLarge,
-		msg: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes", known: true}
+		msg: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}
+}
+
+// overloadedAnswer is the 503 of a request that found the router at
+// --max-in-flight.
+func overloadedAnswer(limit int64) answer {
+	return answer{status: http.StatusServiceUnavailable, reason: reasonRouterOverloaded,
+		msg: "the router is at its limit of " + strconv.FormatInt(limit, 10) + " requests in flight", retryAfter: true}
 }
 
 // queueFullAnswer is the 503 of a request that found every instance at the

@@ -47,7 +47,9 @@ type metrics struct {
 	evictions        prometheus.Counter
 	queued           prometheus.Gauge
 	releases         *prometheus.CounterVec
-	bpfMode          *prometheus.GaugeVec
+	// rejected counts requests turned away by a limit, by reason.
+	rejected *prometheus.CounterVec
+	bpfMode  *prometheus.GaugeVec
 	// steering is read by the BPF counter collector at scrape time; nil
 	// while BPF steering is not loaded.
 	steering atomic.Pointer[bpf.Steering]
@@ -124,7 +126,7 @@ func newMetrics(node string) *metrics {
 		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "requests_total",
-			Help: "Requests answered, by function (namespace/name; empty when the name was missing, malformed or unknown) and HTTP status.",
+			Help: "Requests answered, by function (namespace/name; empty when the name was missing, malformed or not in the router's cache) and HTTP status (499: the caller went away; an exchange that broke after the response's header counts as 499, 502 or 504 by its cause). The series of a deleted function are dropped.",
 		}, []string{"function", "code"}),
 		getInstance: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "get_instance_total",
@@ -187,6 +189,13 @@ func newMetrics(node string) *metrics {
 	}, []string{"result"})
 	m.releases.WithLabelValues(resultOK)
 	m.releases.WithLabelValues(resultError)
+	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "rejected_total",
+		Help: "Requests turned away by a limit, by reason: router_overloaded (--max-in-flight), body_too_large (--max-body-bytes), queue_full (every instance at its concurrencyLimit and --max-queue waiting).",
+	}, []string{"reason"})
+	for _, r := range rejectReasons {
+		m.rejected.WithLabelValues(r)
+	}
 	m.bpfMode = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Subsystem: sub, Name: "bpf_mode",
 		Help: "1 for the active BPF steering mode: off (--bpf=off), connect (calls to the VIPs rewritten to this router), failed (--bpf=auto could not load; calls take the Service path).",
@@ -204,9 +213,16 @@ func newMetrics(node string) *metrics {
 	}
 	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream, m.functionSeconds,
 		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions,
-		m.queued, m.releases, m.bpfMode, newBPFCollector(&m.steering))
+		m.queued, m.releases, m.rejected, m.bpfMode, newBPFCollector(&m.steering))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// forgetFunction deletes the series of the function key (namespace/name):
+// it was deleted, or its cache entry left for idleness.
+func (m *metrics) forgetFunction(key string) {
+	m.requests.DeletePartialMatch(prometheus.Labels{"function": key})
+	m.functionSeconds.DeleteLabelValues(key)
 }
 
 // statusText holds the code label of every status, so labelling a request

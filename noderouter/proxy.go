@@ -51,7 +51,12 @@ type proxy struct {
 	backoffMax       time.Duration
 	maxBodyBytes     int64 // 0: no limit
 	maxQueue         int   // per function; 0: no queue
+	maxInFlight      int64 // router-wide; 0: no limit
 	coldStartTimeout time.Duration
+
+	// inFlight counts the requests in ServeHTTP past parsing (for
+	// --max-in-flight; kept only when it is on).
+	inFlight atomic.Int64
 
 	transport *http.Transport
 	rp        *httputil.ReverseProxy
@@ -90,6 +95,7 @@ func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, nega
 		backoffMax:       cfg.RetryBackoffMax,
 		maxBodyBytes:     cfg.MaxBodyBytes,
 		maxQueue:         cfg.MaxQueue,
+		maxInFlight:      int64(cfg.MaxInFlight),
 		coldStartTimeout: cfg.ColdStartTimeout,
 		transport:        newTransport(cfg),
 	}
@@ -182,14 +188,26 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.finish(w, nil, parseAnswer(err), ref)
 		return
 	}
+	// The limits below answer with the entry (counted on the function)
+	// when the cache holds one, never with a name the caller may have made
+	// up (their answers are not known).
+	e, a := p.cache.Lookup(ref)
+	if p.maxInFlight > 0 {
+		// Deferred: released however the handler ends, an aborted
+		// exchange's panic included.
+		defer p.inFlight.Add(-1)
+		if p.inFlight.Add(1) > p.maxInFlight {
+			p.finish(w, e, overloadedAnswer(p.maxInFlight), ref)
+			return
+		}
+	}
 	if p.maxBodyBytes > 0 && r.ContentLength > p.maxBodyBytes {
 		// Known too large before a byte of it is read: no instance, no
 		// GetInstance. A body of unknown length is limited as it streams.
-		p.finish(w, nil, tooLargeAnswer(p.maxBodyBytes), ref)
+		p.finish(w, e, tooLargeAnswer(p.maxBodyBytes), ref)
 		return
 	}
 
-	e, a := p.cache.Lookup(ref)
 	if a == nil || (len(a.Instances) == 0 && !a.Config.Oneshot) {
 		if p.negative.Contains(ref, start) {
 			p.m.cacheNegative.Inc()
@@ -237,6 +255,19 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body = &trackedBody{rc: rc}
 		out.Body = body
 	}
+	defer func() {
+		// An exchange that breaks after the response's header (the caller
+		// went away, the instance died mid-body) aborts the handler with
+		// http.ErrAbortHandler; attempt has given the instance back by
+		// now. Count the request, then let the panic go on to net/http,
+		// which drops the caller's connection.
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				p.aborted(ctx, r, e, at, start)
+			}
+			panic(v)
+		}
+	}()
 
 	var upstream time.Duration
 	// failed are the instances that failed this request, dead the pod UIDs
@@ -245,21 +276,12 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var dead []string
 	for n := 1; ; n++ {
 		oneshot := a.Config.Oneshot
-		t := time.Now()
-		in, ans := p.take(r.Context(), ref, e, a, failed)
-		waited += time.Since(t)
+		in, ans, w8, up := p.attempt(w, r, out, at, ref, e, a, failed)
+		waited += w8
+		upstream += up
 		if ans.status != 0 {
 			p.finish(w, e, ans, ref)
 			return
-		}
-		*at = attempt{instance: in}
-		upstream += p.forward(w, out, e, in)
-		if oneshot {
-			// After the response, also when the caller went away: the
-			// instance served its one request.
-			p.resolver.release(ref, in.PodUID)
-		} else {
-			e.Release(in)
 		}
 		if at.err == nil {
 			break
@@ -288,7 +310,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if f != failDial {
 			p.log.Info("connection to instance broke before a response; retrying", "function", e.Key, "pod", in.Pod, "err", at.err)
 		}
-		t = time.Now()
+		t := time.Now()
 		if err := sleep(ctx, backoff(n, p.backoffBase, p.backoffMax, rand.Float64())); err != nil {
 			p.finish(w, e, upstreamAnswer(err), ref)
 			return
@@ -316,6 +338,64 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.m.upstream.Observe(upstream.Seconds())
 	p.m.overhead.Observe((total - upstream - waited).Seconds())
 	p.m.functionSeconds.WithLabelValues(e.Key).Observe(total.Seconds())
+}
+
+// attempt is one try of a request: it takes an instance (take), forwards
+// out to it once, and gives the instance back (release) on every way out
+// of the forward: a response, a transport error, and the panic with which
+// the copy aborts the handler when the exchange breaks after the
+// response's header (http.ErrAbortHandler), which goes on up. Issue 13: a
+// release after the forward instead of deferred was skipped by that panic,
+// and the slot leaked for good (a function at concurrencyLimit 1 stuck,
+// drains waiting their timeout, oneshot pods living out their lease). The
+// pairing lives here, in the handler and not in a ReverseProxy hook, so
+// that it holds whatever forwards the request. ans is the answer to give
+// when no instance could be taken; waited is the time spent taking one,
+// upstream the exchange's.
+func (p *proxy) attempt(w http.ResponseWriter, r, out *http.Request, at *attempt, ref route.Ref, e *route.Entry, a *route.Assignment, failed []*route.Instance) (in *route.Instance, ans answer, waited, upstream time.Duration) {
+	t := time.Now()
+	in, ans = p.take(r.Context(), ref, e, a, failed)
+	waited = time.Since(t)
+	if ans.status != 0 {
+		return nil, ans, waited, 0
+	}
+	defer p.release(ref, e, in, a.Config.Oneshot)
+	*at = attempt{instance: in}
+	upstream = p.forward(w, out, e, in)
+	return in, answer{}, waited, upstream
+}
+
+// release gives back what take handed out: a oneshot instance to the
+// control plane (after its one request, also when the caller went away),
+// or a slot to its function's entry, which may hand it to a queued request.
+func (p *proxy) release(ref route.Ref, e *route.Entry, in *route.Instance, oneshot bool) {
+	if oneshot {
+		p.resolver.release(ref, in.PodUID)
+		return
+	}
+	e.Release(in)
+}
+
+// aborted counts a request whose exchange broke after the response's
+// header: 499 when the caller went away, 504 at the request timeout, 502
+// when the instance broke off.
+func (p *proxy) aborted(ctx context.Context, r *http.Request, e *route.Entry, at *attempt, start time.Time) {
+	code := http.StatusBadGateway
+	switch {
+	case r.Context().Err() != nil:
+		code = StatusClientClosed
+	case ctx.Err() != nil:
+		code = http.StatusGatewayTimeout
+	}
+	e.Requests.Add(1)
+	e.Errors.Add(1)
+	p.m.requests.WithLabelValues(e.Key, codeLabel(code)).Inc()
+	p.m.functionSeconds.WithLabelValues(e.Key).Observe(time.Since(start).Seconds())
+	pod := ""
+	if at.instance != nil {
+		pod = at.instance.Pod
+	}
+	p.log.Debug("exchange broke after the response header", "function", e.Key, "pod", pod, "status", at.status, "code", code)
 }
 
 // take returns the instance for the next attempt with its slot held, or the
@@ -357,6 +437,10 @@ func (p *proxy) take(ctx context.Context, ref route.Ref, e *route.Entry, a *rout
 	in, err := e.Wait(qctx, p.maxQueue)
 	p.m.queued.Dec()
 	switch {
+	case in != nil:
+		// Before the context cases: the slot is held, and a caller gone
+		// meanwhile is answered by the attempt, which gives it back.
+		return in, answer{}
 	case errors.Is(err, route.ErrQueueFull):
 		return nil, queueFullAnswer(limit)
 	case ctx.Err() != nil:
@@ -364,10 +448,9 @@ func (p *proxy) take(ctx context.Context, ref route.Ref, e *route.Entry, a *rout
 	case err != nil:
 		return nil, answer{status: http.StatusServiceUnavailable, reason: reasonQueueTimeout,
 			msg: "every instance stayed at the concurrency limit for the cold-start timeout", retryAfter: true, known: true}
-	case in == nil:
+	default:
 		return nil, noInstances // the set was withdrawn while the request waited
 	}
-	return in, answer{}
 }
 
 // forward sends out to in (whose slot the caller holds) once and returns
@@ -393,6 +476,9 @@ func (p *proxy) finish(w http.ResponseWriter, e *route.Entry, ans answer, ref ro
 		label = ref.String()
 	}
 	p.m.requests.WithLabelValues(label, codeLabel(ans.status)).Inc()
+	if slices.Contains(rejectReasons, ans.reason) {
+		p.m.rejected.WithLabelValues(ans.reason).Inc()
+	}
 	fn := ""
 	if ref.Name != "" {
 		fn = ref.String()

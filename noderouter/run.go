@@ -191,6 +191,8 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	if rt.localAddr != nil {
 		wg.Go(func() { rt.localAddr.Run(bg, rt.cfg.LocalAddressInterval, rt.log) })
 	}
+	// Checked every report interval, like the reports that walk the cache.
+	wg.Go(func() { rt.cp.sweepLoop(bg, rt.cfg.ReportInterval) })
 	if rt.cp.usage.reader != nil {
 		wg.Go(func() { rt.cp.usage.run(bg, rt.cfg.ReportInterval) })
 	}

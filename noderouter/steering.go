@@ -146,18 +146,11 @@ func (rt *router) markDials() {
 // ctx ends. A failed heartbeat is logged; if they keep failing, steering
 // fails open after BPFMaxAge, which is the point.
 func (rt *router) heartbeat(ctx context.Context) {
-	t := time.NewTicker(rt.cfg.BPFMaxAge / 4)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if err := rt.steer.Heartbeat(); err != nil {
-				rt.log.Warn("bpf liveness heartbeat", "err", err)
-			}
+	every(ctx, rt.cfg.BPFMaxAge/4, func(time.Time) {
+		if err := rt.steer.Heartbeat(); err != nil {
+			rt.log.Warn("bpf liveness heartbeat", "err", err)
 		}
-	}
+	})
 }
 
 // withdrawBPF marks the router not live, so new calls fail open to the

@@ -60,16 +60,7 @@ func (s *usageSampler) get(uid string) (instanceUsage, bool) {
 
 // run samples every interval until ctx ends.
 func (s *usageSampler) run(ctx context.Context, interval time.Duration) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			s.sample(now)
-		}
-	}
+	every(ctx, interval, s.sample)
 }
 
 // sample reads every local instance once and publishes the figures.

@@ -17,6 +17,9 @@ const Path = "/__skipper/assign"
 
 const tokenPrefix = "v1."
 
+// strictB64 decodes a token's parts: unpadded base64url, canonical only.
+var strictB64 = base64.RawURLEncoding.Strict()
+
 // Sentinel errors Verify wraps; callers answer 401/403 on any of them.
 var (
 	ErrMalformed = errors.New("malformed token")
@@ -75,14 +78,16 @@ func Verify(key ed25519.PublicKey, token, audience string, now time.Time) (Claim
 		return c, fmt.Errorf("%w: no signature", ErrMalformed)
 	}
 	signed, sigPart := token[:dot], token[dot+1:]
-	sig, err := base64.RawURLEncoding.DecodeString(sigPart)
+	// Strict: a token has one spelling. Lenient decoding accepts non-zero
+	// padding bits, so one signed token would verify under several strings.
+	sig, err := strictB64.DecodeString(sigPart)
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return c, fmt.Errorf("%w: signature encoding", ErrMalformed)
 	}
 	if !ed25519.Verify(key, []byte(signed), sig) {
 		return c, ErrSignature
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(signed[len(tokenPrefix):])
+	payload, err := strictB64.DecodeString(signed[len(tokenPrefix):])
 	if err != nil {
 		return c, fmt.Errorf("%w: payload encoding", ErrMalformed)
 	}

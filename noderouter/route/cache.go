@@ -45,7 +45,9 @@ type Assignment struct {
 }
 
 // Entry is one function's cache slot. It is created on the first successful
-// resolution and lives as long as the Cache.
+// resolution (or pushed update) and lives until Drop takes it out: after
+// the function was removed (Remove) and reported a last time, or after it
+// sat idle with no instance (Idle).
 type Entry struct {
 	Ref Ref
 	// Key is Ref.String(), computed once.
@@ -53,6 +55,9 @@ type Entry struct {
 
 	assignment atomic.Pointer[Assignment]
 	q          queue
+	// removed: the control plane said the function is gone (Remove); a
+	// later Store clears it.
+	removed atomic.Bool
 
 	InFlight atomic.Int64
 	// Cumulative for the router's incarnation.
@@ -150,6 +155,7 @@ func (c *Cache) Store(r Ref, u Update) (e *Entry, held *Assignment, applied bool
 		next.Instances = append(next.Instances, in)
 	}
 	e.assignment.Store(next)
+	e.removed.Store(false)
 	e.q.wakeAll()
 	return e, next, true
 }
@@ -167,25 +173,57 @@ func (a *Assignment) find(uid string) *Instance {
 }
 
 // Remove drops r's assignment when it is not newer than generation (the
-// function was deleted or moved). The entry and its counters stay. It
-// returns the generation held afterwards (0 when none).
+// function was deleted) and marks the entry removed. The entry and its
+// counters stay until the caller has reported them a last time and calls
+// Drop (see Entry.Gone). It returns the generation held afterwards (0 when
+// none).
 func (c *Cache) Remove(r Ref, generation uint64) uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, _ := c.Lookup(r)
+	e, old := c.Lookup(r)
 	if e == nil {
 		return 0
 	}
-	old := e.assignment.Load()
-	if old == nil {
-		return 0
-	}
-	if old.Generation > generation {
+	if old != nil && old.Generation > generation {
 		return old.Generation
 	}
 	e.assignment.Store(nil)
+	e.removed.Store(true)
 	e.q.wakeAll()
 	return 0
+}
+
+// Gone reports whether e was removed (and not stored again since) and has
+// no request in flight or queued: once its counters were reported a last
+// time, Drop may take it out.
+func (e *Entry) Gone() bool {
+	return e.removed.Load() && e.InFlight.Load() == 0 && e.Queued() == 0
+}
+
+// Drop takes e out of the cache when it is still its function's entry and
+// holds no instance (its assignment is nil or empty), and reports whether
+// it did. Requests that hold e finish with it; the next request for the
+// function starts a new entry (a cache miss). The entry's counters start
+// again from zero then, which a reader of cumulative counters takes as a
+// reset.
+func (c *Cache) Drop(e *Entry) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.m.Load()
+	if old == nil || (*old)[e.Ref] != e {
+		return false
+	}
+	if a := e.assignment.Load(); a != nil && len(a.Instances) > 0 {
+		return false
+	}
+	n := make(map[Ref]*Entry, len(*old)-1)
+	for k, v := range *old {
+		if v != e {
+			n[k] = v
+		}
+	}
+	c.m.Store(&n)
+	return true
 }
 
 // Evict removes the instance with podUID from r's current assignment (its

@@ -9,9 +9,13 @@
 // unless the host has upper-case letters, which it folds, ASCII only): a
 // Ref's strings are substrings of the input.
 //
-// Cache: one Entry per function the router has resolved, kept for the life of
-// the process so that its cumulative counters (requests, errors) never go
-// backwards within a router incarnation. An Entry holds an immutable
+// Cache: one Entry per function the router has resolved, kept while the
+// function is in use so that its cumulative counters (requests, errors) do
+// not go backwards within a router incarnation. An entry leaves (Drop) only
+// when it holds no instance: after Remove (the function was deleted) once
+// its caller has reported its counters a last time (Entry.Gone), or after
+// Idle found it unused for a while. A function that comes back starts a new
+// entry, whose counters a reader takes as a reset. An Entry holds an immutable
 // *Assignment (generation, instance set, config) swapped atomically; nil means
 // the router knows no usable set and must ask the function's owner. Lookups
 // are one atomic load of a copy-on-write map plus one atomic load of the

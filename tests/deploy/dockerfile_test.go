@@ -74,7 +74,11 @@ func TestDockerfileBuildsLikeMake(t *testing.T) {
 	}
 	makeLine = strings.NewReplacer("$(GO)", "go", "$(BUILD_FLAGS)", want.Flags, "$(BIN)/", "bin/",
 		"$(addprefix ./cmd/,$(SKIPPER_BINS))", strings.Join(bins, " ")).Replace(makeLine)
-	if diff := cmp.Diff(want, parseBuild(t, "Makefile", makeLine)); diff != "" {
+	got := parseBuild(t, "Makefile", makeLine)
+	// -v only lists packages as they are built (make's progress line counts
+	// them); it changes nothing in the binaries.
+	got.Flags = strings.TrimPrefix(got.Flags, "-v ")
+	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Makefile build (-want +got):\n%s", diff)
 	}
 

@@ -8,6 +8,14 @@
 // Go code reads effective values through the accessor methods, which apply the
 // same defaults for objects built in memory (tests, fake clients).
 //
+// Every count and duration is bounded (the Max* and Min* constants; each
+// field's doc says why), and the name must be a DNS label. The markers repeat
+// the constants, and TestCRDBounds keeps the generated CRD equal to them. The
+// controller checks the same bounds on every Function it reads, since an
+// object stored past the API server's validation (written straight to etcd,
+// or under an older CRD) is still served: such a Function is reported
+// Degraded, never acted on.
+//
 // +kubebuilder:object:generate=true
 // +groupName=skipper.dev
 package v1alpha1

@@ -35,6 +35,30 @@ const (
 	DefaultIdleTimeout    = 60 * time.Second
 )
 
+// Bounds the CRD schema enforces (the kubebuilder markers below repeat
+// them: markers cannot name constants, and a test checks the generated CRD
+// against these). The controller checks them again on every Function it
+// reads, so an object stored past the API server's validation is reported
+// rather than acted on. Each field's doc comment says why its bound is
+// where it is.
+const (
+	MaxNameLength        = 63
+	MaxMinInstances      = 1000
+	MaxMaxInstances      = 1000
+	MaxConcurrencyLimit  = 10000
+	MaxTargetInFlight    = 10000
+	MaxTargetCPUMilli    = 1000000
+	MaxTargetMemoryMiB   = 1048576
+	MinIdleTimeout       = time.Second
+	MaxIdleTimeout       = 24 * time.Hour
+	MinTimeout           = time.Millisecond
+	MaxTimeout           = time.Hour
+	MaxDurationLength    = 64
+	MaxConfigEntries     = 64
+	MaxConfigKeyLength   = 253
+	MaxConfigValueLength = 4096
+)
+
 // SchemeGroupVersion is the group version used to register these objects.
 var SchemeGroupVersion = schema.GroupVersion{Group: Group, Version: Version}
 
@@ -50,6 +74,11 @@ func AddToScheme(s *runtime.Scheme) error {
 
 // Function is a serverless function served from a pool of pre-warmed pods.
 //
+// Its name is the value of the label skipper.dev/function on its instances,
+// so it must be a DNS label (at most 63 characters), stricter than the DNS
+// subdomain Kubernetes allows for object names.
+//
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a DNS label of at most 63 characters (lower-case letters, digits and '-'): it is the value of the label skipper.dev/function on the function's instances"
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=fn,categories=skipper
@@ -88,14 +117,21 @@ type FunctionSpec struct {
 	Port int32 `json:"port,omitempty"`
 
 	// MinInstances kept assigned at all times. 0 lets the function scale to zero
-	// after IdleTimeout.
+	// after IdleTimeout. At most 1000, and never above MaxInstances.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
 	// +kubebuilder:default=0
 	// +optional
 	MinInstances int32 `json:"minInstances,omitempty"`
 
-	// MaxInstances is the most instances the function may hold.
+	// MaxInstances is the most instances the function may hold, 1 to 1000.
+	// Every instance is a pod claimed from the pool (an API write), an entry
+	// in the ready set pushed to every subscribed router on each change, and
+	// a series in the controller's metrics; past 1000 one function's set
+	// outgrows what a router's update and a controller's scale-up are sized
+	// for, and the load is better split across Functions.
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
 	MaxInstances int32 `json:"maxInstances"`
 
 	// Scaling targets, per instance.
@@ -103,8 +139,10 @@ type FunctionSpec struct {
 	Scaling Scaling `json:"scaling,omitempty"`
 
 	// ConcurrencyLimit caps the requests one instance serves at a time; 0 means
-	// no limit.
+	// no limit. At most 10000: a limit above what one pod can hold open at
+	// once protects nothing, and 0 says "none" plainly.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=10000
 	// +optional
 	ConcurrencyLimit int32 `json:"concurrencyLimit,omitempty"`
 
@@ -112,16 +150,35 @@ type FunctionSpec struct {
 	// +optional
 	Oneshot bool `json:"oneshot,omitempty"`
 
-	// IdleTimeout after which a function with MinInstances 0 scales to zero.
+	// IdleTimeout after which a function with MinInstances 0 scales to zero:
+	// a Go duration ("90s", "5m", "1h30m") from 1s to 24h. Below a second it
+	// is shorter than the controller's scale and report intervals and would
+	// scale to zero between two requests of a steady caller; a function that
+	// must stay up longer than a day should set MinInstances instead.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1s') && duration(self) <= duration('24h')",message="idleTimeout must be a duration such as 90s or 5m, from 1s to 24h"
 	// +kubebuilder:default="60s"
 	// +optional
 	IdleTimeout *metav1.Duration `json:"idleTimeout,omitempty"`
 
-	// Timeout bounds one request; unset means the router's default.
+	// Timeout bounds the wait for one response's headers; unset means the
+	// router's default. A Go duration from 1ms to 1h: a request held longer
+	// than an hour ties up a router connection and an instance slot across
+	// rollouts, and belongs on a queue rather than a call.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1ms') && duration(self) <= duration('1h')",message="timeout must be a duration such as 500ms or 30s, from 1ms to 1h"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 
-	// Config is handed to the instance when it is assigned.
+	// Config is handed to the instance when it is assigned: at most 64
+	// entries, keys of 1 to 253 characters, values of at most 4096 bytes.
+	// It travels in every assign request and in the Function object itself,
+	// so it is for settings, not data (at most about 270 KiB in all, well
+	// inside etcd's 1.5 MiB object limit).
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() >= 1 && k.size() <= 253 && self[k].size() <= 4096)",message="config keys must be 1 to 253 characters and values at most 4096 characters"
 	// +optional
 	Config map[string]string `json:"config,omitempty"`
 }
@@ -129,19 +186,27 @@ type FunctionSpec struct {
 // Scaling holds the per-instance averages the autoscaler aims for. A zero
 // CPU or memory target leaves that metric out of the decision.
 type Scaling struct {
-	// TargetInFlight is the in-flight plus queued requests per instance.
+	// TargetInFlight is the in-flight plus queued requests per instance, 1 to
+	// 10000 (the same ceiling as ConcurrencyLimit, which also caps it).
 	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
 	// +kubebuilder:default=10
 	// +optional
 	TargetInFlight int32 `json:"targetInFlight,omitempty"`
 
-	// TargetCPUMilli is the average CPU per instance, in millicores.
+	// TargetCPUMilli is the average CPU per instance, in millicores; at most
+	// 1000000 (1000 cores), more than any node offers one pod: no reachable
+	// target is refused, and a typo of a few orders of magnitude is.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000000
 	// +optional
 	TargetCPUMilli int32 `json:"targetCPUMilli,omitempty"`
 
-	// TargetMemoryMiB is the average memory per instance, in MiB.
+	// TargetMemoryMiB is the average memory per instance, in MiB; at most
+	// 1048576 (1 TiB), more than any node offers one pod, for the same
+	// reason as TargetCPUMilli.
 	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1048576
 	// +optional
 	TargetMemoryMiB int32 `json:"targetMemoryMiB,omitempty"`
 }
@@ -166,7 +231,9 @@ type FunctionStatus struct {
 	// LastScaleReason says which metric or rule set Desired.
 	// +optional
 	LastScaleReason string `json:"lastScaleReason,omitempty"`
-	// Conditions: Ready, PoolAvailable.
+	// Conditions: Ready, PoolAvailable, and Degraded (True, reason
+	// InvalidSpec, while the stored object is one the controller cannot act
+	// on; it goes back to False once the object is fixed).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
