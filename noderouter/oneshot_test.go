@@ -86,9 +86,9 @@ func TestOneshot(t *testing.T) {
 	if rel.GetFunction().GetName() != "once" || rel.GetRouter().GetPod() != "skipper-system/router-x" {
 		t.Errorf("release request = %v", rel)
 	}
-	if got := counter(h.rt.m.releases.WithLabelValues(resultOK)); got != 3 {
-		t.Errorf("release_instance_total{ok} = %v, want 3", got)
-	}
+	// Counted when the controller's answer is back, after it saw the
+	// release.
+	poll(t, "release_instance_total{ok} = 3", func() bool { return counter(h.rt.m.releases.WithLabelValues(resultOK)) == 3 })
 }
 
 // TestOneshotConcurrentColdMisses: concurrent first requests share the

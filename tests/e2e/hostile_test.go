@@ -131,9 +131,9 @@ func TestFunctionPastValidationDegraded(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 controller %s (pid %d): %v", victim.Name, pid, err)
 	}
-	waitFor(t, 20*time.Second, "the killed controller seen not ready", func() bool {
+	waitFor(t, 60*time.Second, "the killed controller restarted and Ready", func() bool {
 		p, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), victim.Name, metav1.GetOptions{})
-		return err == nil && (!podReady(*p) || restarts(p) > restarts(&victim))
+		return err == nil && restarts(p) > restarts(&victim) && podReady(*p)
 	})
 	waitFor(t, 90*time.Second, "all three controllers Ready after the restart", controllersReady)
 

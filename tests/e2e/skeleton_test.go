@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -146,18 +147,23 @@ func TestInvalidFunctionRejected(t *testing.T) {
 		name    string
 		spec    map[string]any
 		message string
+		fnName  string // default invalid-<i>
 	}{
 		{name: "min above max", spec: map[string]any{"pool": "echo", "minInstances": int64(3), "maxInstances": int64(2)}, message: "minInstances must not exceed maxInstances"},
 		{name: "negative", spec: map[string]any{"pool": "echo", "maxInstances": int64(1), "concurrencyLimit": int64(-1)}, message: "concurrencyLimit"},
 		{name: "pool not a DNS label", spec: map[string]any{"pool": "Echo_Pool", "maxInstances": int64(1)}, message: "spec.pool"},
 		{name: "max missing", spec: map[string]any{"pool": "echo"}, message: "maxInstances"},
+		// Issue 13's two inputs that stopped the control plane.
+		{name: "counts unbounded", spec: map[string]any{"pool": "echo", "minInstances": int64(2147483647), "maxInstances": int64(2147483647)}, message: "maxInstances"},
+		{name: "idleTimeout not a duration", spec: map[string]any{"pool": "echo", "maxInstances": int64(1), "idleTimeout": "5 minutes"}, message: "idleTimeout"},
+		{name: "name not a DNS label", spec: map[string]any{"pool": "echo", "maxInstances": int64(1)}, message: "name", fnName: "dotted.name"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obj := &unstructured.Unstructured{Object: map[string]any{
 				"apiVersion": v1alpha1.SchemeGroupVersion.String(),
 				"kind":       "Function",
-				"metadata":   map[string]any{"name": fmt.Sprintf("invalid-%d", i), "namespace": "default"},
+				"metadata":   map[string]any{"name": cmp.Or(tt.fnName, fmt.Sprintf("invalid-%d", i)), "namespace": "default"},
 				"spec":       tt.spec,
 			}}
 			_, err := env.dyn.Resource(v1alpha1.Resource).Namespace("default").Create(context.Background(), obj, metav1.CreateOptions{})
