@@ -37,6 +37,8 @@ var (
 	// ErrInvalidRequest: a field of the request is outside its bound (see
 	// wire.go).
 	ErrInvalidRequest = errors.New("invalid request")
+	// ErrTooManyStreams: the replica holds its most router streams.
+	ErrTooManyStreams = errors.New("too many router streams")
 )
 
 // grpcStatus maps err to the status returned to callers. A status already
@@ -58,7 +60,7 @@ func grpcStatus(err error) *status.Status {
 	case errors.Is(err, ErrFunctionDeleting), errors.Is(err, ErrPoolNotFound), errors.Is(err, ErrNoPort), errors.Is(err, ErrNotOneshot),
 		errors.Is(err, ErrInvalidSpec):
 		code = codes.FailedPrecondition
-	case errors.Is(err, ErrPoolEmpty), errors.Is(err, ErrClaimRateLimited):
+	case errors.Is(err, ErrPoolEmpty), errors.Is(err, ErrClaimRateLimited), errors.Is(err, ErrTooManyStreams):
 		code = codes.ResourceExhausted
 	case errors.Is(err, ErrAssign), errors.Is(err, ErrNotSynced), errors.Is(err, ErrForward), errors.Is(err, ErrShuttingDown):
 		code = codes.Unavailable

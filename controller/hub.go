@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -47,9 +48,13 @@ func routerKey(id *skipperv1.RouterIdentity) string {
 	return id.GetPod() + "#" + id.GetIncarnation()
 }
 
+// maxStreams bounds the router streams one replica holds: a cluster of
+// 5,000 nodes has 5,000 DaemonSet routers, plus sidecar routers.
+const maxStreams = 20000
+
 // register adds a stream, replacing (and ending) an older one of the same
-// router process.
-func (h *hub) register(id *skipperv1.RouterIdentity) *routerStream {
+// router process; ErrTooManyStreams when maxStreams are held already.
+func (h *hub) register(id *skipperv1.RouterIdentity) (*routerStream, error) {
 	s := &routerStream{
 		key: routerKey(id), id: id,
 		subs: map[string]bool{}, pending: map[string]*skipperv1.AssignmentUpdate{}, acked: map[string]uint64{},
@@ -57,11 +62,15 @@ func (h *hub) register(id *skipperv1.RouterIdentity) *routerStream {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if old, ok := h.streams[s.key]; ok {
+	old, ok := h.streams[s.key]
+	if !ok && len(h.streams) >= maxStreams {
+		return nil, fmt.Errorf("%w: %d router streams held", ErrTooManyStreams, len(h.streams))
+	}
+	if ok {
 		close(old.replaced)
 	}
 	h.streams[s.key] = s
-	return s
+	return s, nil
 }
 
 func (h *hub) unregister(s *routerStream) {

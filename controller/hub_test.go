@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,8 +17,8 @@ func upd(name string, gen uint64) *skipperv1.AssignmentUpdate {
 
 func TestHubPublishesToSubscribersNewestOnly(t *testing.T) {
 	h := newHub()
-	a := h.register(&skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "1"})
-	b := h.register(&skipperv1.RouterIdentity{Pod: "skipper-system/router-b", Incarnation: "1"})
+	a := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "1"})
+	b := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "skipper-system/router-b", Incarnation: "1"})
 	h.subscribe(a.id, "default/f")
 	h.subscribe(&skipperv1.RouterIdentity{Pod: "skipper-system/unknown"}, "default/f") // no stream: ignored
 
@@ -48,8 +50,8 @@ func TestHubPublishesToSubscribersNewestOnly(t *testing.T) {
 func TestHubReplacesStreamOfSameRouterProcess(t *testing.T) {
 	h := newHub()
 	id := &skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "1"}
-	old := h.register(id)
-	cur := h.register(id)
+	old := mustRegister(t, h, id)
+	cur := mustRegister(t, h, id)
 	select {
 	case <-old.replaced:
 	default:
@@ -62,7 +64,7 @@ func TestHubReplacesStreamOfSameRouterProcess(t *testing.T) {
 		t.Error("the new stream lost its registration")
 	}
 	// A new incarnation is a different router process: both live.
-	other := h.register(&skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "2"})
+	other := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "2"})
 	select {
 	case <-cur.replaced:
 		t.Error("a new incarnation replaced the old one's stream")
@@ -71,4 +73,25 @@ func TestHubReplacesStreamOfSameRouterProcess(t *testing.T) {
 	if len(h.states()) != 2 || other == nil {
 		t.Errorf("states = %v", h.states())
 	}
+}
+
+func mustRegister(t *testing.T, h *hub, id *skipperv1.RouterIdentity) *routerStream {
+	t.Helper()
+	s, err := h.register(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestHubBoundsStreams(t *testing.T) {
+	h := newHub()
+	for i := range maxStreams {
+		mustRegister(t, h, &skipperv1.RouterIdentity{Pod: fmt.Sprintf("ns/r%d", i), Incarnation: "1"})
+	}
+	if _, err := h.register(&skipperv1.RouterIdentity{Pod: "ns/one-more", Incarnation: "1"}); !errors.Is(err, ErrTooManyStreams) {
+		t.Fatalf("stream %d: %v, want ErrTooManyStreams", maxStreams+1, err)
+	}
+	// A router process reconnecting replaces its own stream: always let in.
+	mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "ns/r0", Incarnation: "1"})
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -106,7 +108,8 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 		return nil, resultError, err
 	}
 	c.touch(key, time.Now())
-	admit := func() error { return s.limits.admit(req.GetRouter().GetPod(), time.Now()) }
+	caller := claimCaller(ctx, req)
+	admit := func() error { return s.limits.admit(caller, time.Now()) }
 	if fn.Spec.Oneshot {
 		return c.getOneshot(ctx, fn, port, req.GetRouter(), admit)
 	}
@@ -326,6 +329,11 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	if err != nil {
 		return grpcError(err)
 	}
+	rs, err := c.hub.register(hello.GetRouter())
+	if err != nil {
+		return grpcError(err)
+	}
+	defer c.hub.unregister(rs)
 	epoch, _ := c.ringView()
 	if err := stream.Send(&skipperv1.ControllerMessage{Message: &skipperv1.ControllerMessage_Welcome{Welcome: &skipperv1.Welcome{
 		Controller:      c.cfg.PodName,
@@ -335,8 +343,6 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	}}}); err != nil {
 		return err
 	}
-	rs := c.hub.register(hello.GetRouter())
-	defer c.hub.unregister(rs)
 	c.metrics.routerStreams.Inc()
 	defer c.metrics.routerStreams.Dec()
 	log := c.log.With("router", hello.GetRouter().GetPod(), "node", hello.GetRouter().GetNode(),
@@ -440,6 +446,18 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 // publishes it to the new subscriber. A stream at maxSubscriptions is not
 // subscribed: the violation is returned.
 func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) violations {
+	c.mu.Lock()
+	_, known := c.fns[key]
+	c.mu.Unlock()
+	if !known {
+		// Only a function this replica watches is subscribed and computed:
+		// a router naming functions that do not exist holds no memory and
+		// queues no work for them (it asks again with GetInstance).
+		ns, name, _ := splitKey(key)
+		if _, err := c.cache.function(ns, name); err != nil {
+			return nil
+		}
+	}
 	if !rs.subscribe(key) {
 		var v violations
 		v.add(fieldSubscriptions, "stream holds %d subscriptions already: %s not subscribed", maxSubscriptions, key)
@@ -453,12 +471,7 @@ func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) viola
 	}
 	c.mu.Unlock()
 	if !ok {
-		// Only a function this replica watches is computed: a router
-		// naming functions that do not exist queues no work for them.
-		ns, name, _ := splitKey(key)
-		if _, err := c.cache.function(ns, name); err == nil {
-			c.fnQueue.Add(key)
-		}
+		c.fnQueue.Add(key)
 		return nil
 	}
 	if cur.gen != gen {
@@ -555,3 +568,20 @@ func (f *forwarder) close() {
 func clampUint32(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) }
 
 func timestamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
+
+// claimCaller names the caller a GetInstance's claims are charged to: the
+// peer's address for a router's own call, so renaming itself in the message
+// gains a caller no fresh buckets; for a call a replica forwarded, the
+// router the message names (the forwarding replica carries many routers'
+// calls). Issue 16's TokenReview identity replaces both.
+func claimCaller(ctx context.Context, req *skipperv1.GetInstanceRequest) string {
+	if !req.GetForwarded() {
+		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+			if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
+				return host
+			}
+			return p.Addr.String()
+		}
+	}
+	return req.GetRouter().GetPod()
+}

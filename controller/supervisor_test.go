@@ -21,7 +21,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
@@ -1013,14 +1015,30 @@ func TestClaimRateLimitPerRouter(t *testing.T) {
 	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(status.Convert(err).Message(), "claims") {
 		t.Fatalf("second claim of router a: %v, want ResourceExhausted with a reason", err)
 	}
-	if _, err := getInstance(t.Context(), r, "once", routerB); err != nil {
+	// Renaming itself in the message gains router a nothing: claims are
+	// charged to its address.
+	renamed := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a-renamed", Incarnation: "i2"}
+	if _, err := getInstance(t.Context(), r, "once", renamed); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("router a under another name: %v, want ResourceExhausted", err)
+	}
+	// Router b calls from an address of its own.
+	fromB := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}).DialContext
+	conn, err := grpc.NewClient("passthrough:///"+r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) { return fromB(ctx, "tcp", addr) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := skipperv1.NewControllerClient(conn).GetInstance(t.Context(), &skipperv1.GetInstanceRequest{
+		Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"}, Router: routerB,
+	}); err != nil {
 		t.Fatalf("router b: %v", err)
 	}
 	if n := len(e.claimedPods()); n != 2 {
 		t.Errorf("%d pods claimed, want 2", n)
 	}
 	_, body := httpGetBody(t, r.httpAddr, "/metrics")
-	if want := `skipper_controller_assignments_total{function="default/once",result="limited"} 1`; !strings.Contains(body, want) {
+	if want := `skipper_controller_assignments_total{function="default/once",result="limited"} 2`; !strings.Contains(body, want) {
 		t.Errorf("/metrics lacks %q", want)
 	}
 }

@@ -326,7 +326,7 @@ func TestCheckAck(t *testing.T) {
 // maxSubscriptions subscriptions.
 func TestRouterStreamLogsEachFieldOnceAndStaysBounded(t *testing.T) {
 	h := newHub()
-	rs := h.register(&skipperv1.RouterIdentity{Pod: "r", Incarnation: "1"})
+	rs := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "r", Incarnation: "1"})
 	var v violations
 	v.add(fieldInFlight, "x")
 	v.add(fieldSent, "y")

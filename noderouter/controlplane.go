@@ -577,20 +577,20 @@ func (cp *controlPlane) sendReport(st grpc.BidiStreamingClient[pb.RouterMessage,
 	cp.m.heartbeatEntries.Observe(float64(len(rep.Functions)))
 	cp.m.heartbeatSend.Observe(time.Since(start).Seconds())
 	for _, e := range last {
-		cp.drop(e, "removed")
+		cp.drop(e, true)
 	}
 	return nil
 }
 
-// drop takes e out of the cache and deletes its function's metric series,
-// unless e was stored again (the function came back) meanwhile. why is
-// logged.
-func (cp *controlPlane) drop(e *route.Entry, why string) {
-	if !cp.cache.Drop(e) {
+// drop takes e out of the cache and deletes its function's metric series:
+// a removed entry (removed) unless it was stored again (the function came
+// back) meanwhile, an idle one unless it holds instances.
+func (cp *controlPlane) drop(e *route.Entry, removed bool) {
+	if !cp.cache.Drop(e, removed) {
 		return
 	}
 	cp.m.forgetFunction(e.Key)
-	cp.log.Debug("cache entry dropped", "function", e.Key, "why", why,
+	cp.log.Debug("cache entry dropped", "function", e.Key, "removed", removed,
 		"requests", e.Requests.Load(), "errors", e.Errors.Load())
 }
 
@@ -604,7 +604,7 @@ func (cp *controlPlane) sweepLoop(ctx context.Context, interval time.Duration) {
 
 func (cp *controlPlane) sweep(now time.Time) {
 	for _, e := range cp.idle.Expired(cp.cache.Entries(), now, cp.cfg.CacheIdleTimeout) {
-		cp.drop(e, "idle")
+		cp.drop(e, false)
 	}
 }
 

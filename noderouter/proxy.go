@@ -106,12 +106,9 @@ func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, nega
 		ErrorLog:       slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ErrorHandler:   recordError,
 		ModifyResponse: recordStatus,
-		// Each upstream read is flushed to the caller before the next:
-		// server-sent events and chunked streams arrive as the instance
-		// writes them, and a response that stalls or breaks after its
-		// headers reaches the caller as far as the instance sent it. A
-		// response read in one piece still costs one write.
-		FlushInterval: -1,
+		// FlushInterval 0: ReverseProxy already flushes each read at once
+		// for responses without a Content-Length (chunked streams) and for
+		// text/event-stream; a fixed-length response is written whole.
 	}
 	return p
 }

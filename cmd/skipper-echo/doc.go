@@ -18,8 +18,9 @@
 //     the caller goes away), status=<code> / X-Echo-Status (answer with that
 //     status), fail=1 / X-Echo-Fail (drop the connection without an answer,
 //     for retry tests), cut=1 / X-Echo-Cut (send the headers and half the
-//     body, then drop the connection), stall=<duration> / X-Echo-Stall (send
-//     the headers and half the body, wait, then the rest; bounded by
+//     body, chunked, then drop the connection), stall=<duration> /
+//     X-Echo-Stall (send the headers and half the body, chunked, wait, then
+//     the rest; bounded by
 //     --max-sleep, ends early when the caller goes away). Query parameters
 //     win over headers.
 //

@@ -205,12 +205,16 @@ func (e *Entry) Gone() bool {
 // it did. Requests that hold e finish with it; the next request for the
 // function starts a new entry (a cache miss). The entry's counters start
 // again from zero then, which a reader of cumulative counters takes as a
-// reset.
-func (c *Cache) Drop(e *Entry) bool {
+// reset. With removed, e is dropped only while it is still marked removed:
+// a Store since (the function came back) keeps it.
+func (c *Cache) Drop(e *Entry, removed bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	old := c.m.Load()
 	if old == nil || (*old)[e.Ref] != e {
+		return false
+	}
+	if removed && !e.removed.Load() {
 		return false
 	}
 	if a := e.assignment.Load(); a != nil && len(a.Instances) > 0 {

@@ -16,56 +16,63 @@ func TestRemoveAndDrop(t *testing.T) {
 		Removed, Gone, Dropped, Cached bool
 	}
 	tests := []struct {
-		name string
-		prep func(c *Cache) *Entry
-		want state
+		name    string
+		prep    func(c *Cache) *Entry
+		removed bool // Drop as a removed entry (after its last report)
+		want    state
 	}{
 		{"removed", func(c *Cache) *Entry {
 			e, _, _ := c.Store(fn, Update{Generation: 1, Instances: infos("1")})
 			c.Remove(fn, 1)
 			return e
-		}, state{Removed: true, Gone: true, Dropped: true}},
+		}, false, state{Removed: true, Gone: true, Dropped: true}},
 		{"removed with no assignment held (a NotFound)", func(c *Cache) *Entry {
 			e, _, _ := c.Store(fn, Update{Generation: 1, Instances: infos("1")})
 			c.Evict(fn, "1")
 			c.Remove(fn, 1)
 			c.Remove(fn, 0)
 			return e
-		}, state{Removed: true, Gone: true, Dropped: true}},
+		}, false, state{Removed: true, Gone: true, Dropped: true}},
 		{"removed with a request in flight: not gone yet", func(c *Cache) *Entry {
 			e, _, _ := c.Store(fn, Update{Generation: 1, Instances: infos("1")})
 			e.InFlight.Add(1)
 			c.Remove(fn, 1)
 			return e
-		}, state{Removed: true, Dropped: true}},
+		}, false, state{Removed: true, Dropped: true}},
 		{"stale removal keeps the entry", func(c *Cache) *Entry {
 			e, _, _ := c.Store(fn, Update{Generation: 5, Instances: infos("1")})
 			c.Remove(fn, 4)
 			return e
-		}, state{Cached: true}},
+		}, false, state{Cached: true}},
 		{"stored again after the removal", func(c *Cache) *Entry {
 			e, _, _ := c.Store(fn, Update{Generation: 1, Instances: infos("1")})
 			c.Remove(fn, 1)
 			c.Store(fn, Update{Generation: 2, Instances: infos("2")})
 			return e
-		}, state{Cached: true}},
+		}, false, state{Cached: true}},
 		{"no instance assigned (scaled to zero)", func(c *Cache) *Entry {
 			e, _, _ := c.Store(fn, Update{Generation: 1})
 			return e
-		}, state{Dropped: true}},
-		{"an entry the cache no longer holds", func(c *Cache) *Entry {
-			e, _, _ := c.Store(fn, Update{Generation: 1})
-			c.Drop(e)
+		}, false, state{Dropped: true}},
+		{"removed, then stored again with no instance: kept when dropped as removed", func(c *Cache) *Entry {
+			e, _, _ := c.Store(fn, Update{Generation: 1, Instances: infos("1")})
+			c.Remove(fn, 1)
 			c.Store(fn, Update{Generation: 2})
 			return e
-		}, state{}},
+		}, true, state{Cached: true}},
+		{"an entry the cache no longer holds", func(c *Cache) *Entry {
+			e, _, _ := c.Store(fn, Update{Generation: 1})
+			c.Drop(e, false)
+			c.Store(fn, Update{Generation: 2})
+			return e
+		}, false, state{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Cache
 			other, _, _ := c.Store(Ref{"other", "fn"}, Update{Generation: 1})
 			e := tt.prep(&c)
-			got := state{Removed: e.removed.Load(), Gone: e.Gone(), Dropped: c.Drop(e)}
+			got := state{Removed: e.removed.Load(), Gone: e.Gone(), Dropped: c.Drop(e, tt.removed)}
 			held, _ := c.Lookup(fn)
 			got.Cached = held == e
 			if diff := cmp.Diff(tt.want, got); diff != "" {
@@ -122,7 +129,7 @@ func TestIdleExpired(t *testing.T) {
 	}
 	// Dropped entries are forgotten.
 	for _, e := range []*Entry{zero, busy, held, long, gone} {
-		c.Drop(e)
+		c.Drop(e, false)
 	}
 	idle.Expired(c.Entries(), t0.Add(4*ttl), ttl)
 	if len(idle.seen) != 0 {

@@ -307,7 +307,15 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	if err != nil {
 		t.Fatalf("connect to the owner %s: %v", owner, err)
 	}
-	id := &skipperv1.RouterIdentity{Node: "forger", Pod: "default/forger", Incarnation: "forged-1"}
+	// The forger takes node 1's router's name with an incarnation of its
+	// own: a future timestamp applied would make the real router's reports
+	// look older, and be ignored, for good.
+	routers, err := env.kube.CoreV1().Pods("skipper-system").List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skipper-noderouter"})
+	if err != nil || len(routers.Items) == 0 {
+		t.Fatalf("router pods: %v (%d)", err, len(routers.Items))
+	}
+	real := routers.Items[0]
+	id := &skipperv1.RouterIdentity{Node: real.Spec.NodeName, Pod: "skipper-system/" + real.Name, Incarnation: "forged-1"}
 	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -340,4 +348,11 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
+	// The real routers' reports still count: two callers with a request in
+	// flight each scale the function to two instances.
+	stop := make(chan struct{})
+	_, _, wait := load(t, ref, "sleep=300ms", 2, stop)
+	defer wait()
+	defer close(stop)
+	waitFor(t, 30*time.Second, "two instances for two callers after the forged reports", func() bool { return instances(t, fn) >= 2 })
 }

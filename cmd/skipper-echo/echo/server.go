@@ -237,8 +237,9 @@ func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "encode", err.Error())
 		return
 	}
+	// No Content-Length: the body is chunked, as a stream is, so proxies
+	// pass each part on as it comes.
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	_, _ = w.Write(b[:len(b)/2])
 	_ = http.NewResponseController(w).Flush()

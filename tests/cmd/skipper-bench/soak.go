@@ -58,6 +58,7 @@ type usage struct {
 	rss        float64 // process_resident_memory_bytes
 	goroutines float64 // go_goroutines
 	started    float64 // process_start_time_seconds; 0: not exported
+	heap       float64 // go_memstats_heap_inuse_bytes (shown, not judged)
 }
 
 // soakCounts is what the soak did, written by the callers and the loop.
@@ -85,6 +86,8 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	ns := fs.String("namespace", "default", "namespace of the pool and the Functions")
 	settle := fs.Duration("settle", 90*time.Second, "wait after the loop (callers stopped) before the final reading")
 	envFile := fs.String("env", ".skipper/env", "the local cluster's env file (ROUTER_URL, ROUTER_METRICS_URL, CONTROLLER_METRICS_URLS)")
+	warmFunctions := fs.Int("warmup-functions", 50, "Functions created, called and deleted during the warm-up, before the starting reading: "+
+		"the first claims and deletions page in code and grow runtime pools once, which is not a leak")
 	callers := fs.Int("callers", 4, "goroutines calling -function through ROUTER_URL back to back during the whole run (warm-up and loop)")
 	function := fs.String("function", "default/echo", "function the callers call (namespace/name; it must exist)")
 	if err := fs.Parse(args); err != nil {
@@ -147,7 +150,19 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		callersWG.Go(func() { counts.runCaller(callCtx, callClient, routerURL, *function) })
 	}
 
-	fmt.Fprintf(stderr, "soak: %d callers on %s, warm-up %s\n", *callers, *function, soakWarmup)
+	fmt.Fprintf(stderr, "soak: %d callers on %s, warm-up %s and %d Functions\n", *callers, *function, soakWarmup, *warmFunctions)
+	firstClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *batch}}
+	runID := time.Now().Unix() % 100000
+	warm := &soakCounts{first: map[string]int{}}
+	for warm.created < *warmFunctions {
+		names := make([]string, min(*batch, *warmFunctions-warm.created))
+		for i := range names {
+			names[i] = fmt.Sprintf("%s%d-w%d", soakPrefix, runID, warm.created+i)
+		}
+		if err := warm.runBatch(ctx, fns, firstClient, routerURL, *ns, *pool, names); err != nil {
+			return fmt.Errorf("warm-up: %w", err)
+		}
+	}
 	if err := pause(ctx, soakWarmup); err != nil {
 		return err
 	}
@@ -156,8 +171,6 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("starting reading: %w", err)
 	}
 
-	firstClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *batch}}
-	runID := time.Now().Unix() % 100000
 	batches := (*functions + *batch - 1) / *batch
 	every := *duration / time.Duration(batches) // pace: the batches spread over -d
 	began := time.Now()
@@ -202,22 +215,23 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	fmt.Fprintf(stdout, "soak, %s: %d Functions in batches of %d on pool %s/%s, spread over %s (loop took %s), "+
-		"%d callers on %s through %s; each reading the median of %d, %s apart, after a %s warm-up and after a %s settle; "+
+		"%d callers on %s through %s; each reading the median of %d, %s apart, after a warm-up (%d Functions, then %s) and after a %s settle; "+
 		"bound ±%.0f%% (goroutines: or ±%d)\n\n",
 		time.Now().Format(time.DateOnly), counts.created, *batch, *ns, *pool, *duration, took.Round(time.Second),
-		*callers, *function, routerURL, soakReadings, soakReadingGap, soakWarmup, *settle,
+		*callers, *function, routerURL, soakReadings, soakReadingGap, *warmFunctions, soakWarmup, *settle,
 		soakTolerance*100, soakGoroutineSlack)
-	fmt.Fprintln(stdout, "| process | RSS start → end | goroutines start → end | result |")
-	fmt.Fprintln(stdout, "|---|---|---|---|")
+	fmt.Fprintln(stdout, "| process | RSS start → end | goroutines start → end | Go heap in use start → end | result |")
+	fmt.Fprintln(stdout, "|---|---|---|---|---|")
 	failed := 0
 	for i, p := range procs {
 		ok, verdict := judge(start[i], end[i])
 		if !ok {
 			failed++
 		}
-		fmt.Fprintf(stdout, "| %s | %.1f MiB → %.1f MiB (%s) | %.0f → %.0f (%s) | %s |\n", p.name,
+		fmt.Fprintf(stdout, "| %s | %.1f MiB → %.1f MiB (%s) | %.0f → %.0f (%s) | %.1f MiB → %.1f MiB | %s |\n", p.name,
 			start[i].rss/(1<<20), end[i].rss/(1<<20), change(start[i].rss, end[i].rss),
-			start[i].goroutines, end[i].goroutines, change(start[i].goroutines, end[i].goroutines), verdict)
+			start[i].goroutines, end[i].goroutines, change(start[i].goroutines, end[i].goroutines),
+			start[i].heap/(1<<20), end[i].heap/(1<<20), verdict)
 	}
 	fmt.Fprintln(stdout)
 	counts.print(stdout)
@@ -419,6 +433,7 @@ func readUsage(metricsURL string) (usage, error) {
 	}
 	return usage{
 		rss:        metrics.SumFamily(fams["process_resident_memory_bytes"], nil),
+		heap:       metrics.SumFamily(fams["go_memstats_heap_inuse_bytes"], nil),
 		goroutines: metrics.SumFamily(fams["go_goroutines"], nil),
 		started:    metrics.SumFamily(fams["process_start_time_seconds"], nil),
 	}, nil
@@ -435,6 +450,7 @@ func medianUsage(us []usage) usage {
 	}
 	return usage{
 		rss:        field(func(u usage) float64 { return u.rss }),
+		heap:       field(func(u usage) float64 { return u.heap }),
 		goroutines: field(func(u usage) float64 { return u.goroutines }),
 		started:    field(func(u usage) float64 { return u.started }),
 	}

@@ -14,17 +14,17 @@ func TestJudge(t *testing.T) {
 		wantOK     bool
 		want       string
 	}{
-		{"unchanged", usage{100 * mib, 200, 1}, usage{100 * mib, 200, 1}, true, "PASS"},
-		{"RSS +10% is in", usage{100 * mib, 200, 1}, usage{110 * mib, 200, 1}, true, "PASS"},
-		{"RSS +11% is out", usage{100 * mib, 200, 1}, usage{111 * mib, 200, 1}, false, "FAIL (RSS)"},
-		{"RSS -11% is out too", usage{100 * mib, 200, 1}, usage{89 * mib, 200, 1}, false, "FAIL (RSS)"},
-		{"few goroutines: slack 20", usage{100 * mib, 40, 1}, usage{100 * mib, 60, 1}, true, "PASS"},
-		{"few goroutines: past slack", usage{100 * mib, 40, 1}, usage{100 * mib, 61, 1}, false, "FAIL (goroutines)"},
-		{"many goroutines: 10%", usage{100 * mib, 1000, 1}, usage{100 * mib, 1100, 1}, true, "PASS"},
-		{"many goroutines: past 10%", usage{100 * mib, 1000, 1}, usage{100 * mib, 1101, 1}, false, "FAIL (goroutines)"},
-		{"both", usage{100 * mib, 40, 1}, usage{200 * mib, 400, 1}, false, "FAIL (RSS, goroutines)"},
-		{"restarted", usage{100 * mib, 200, 1}, usage{100 * mib, 200, 2}, false, "FAIL (restarted)"},
-		{"no start time", usage{100 * mib, 200, 0}, usage{100 * mib, 200, 0}, true, "PASS"},
+		{"unchanged", usage{100 * mib, 200, 1, 0}, usage{100 * mib, 200, 1, 0}, true, "PASS"},
+		{"RSS +10% is in", usage{100 * mib, 200, 1, 0}, usage{110 * mib, 200, 1, 0}, true, "PASS"},
+		{"RSS +11% is out", usage{100 * mib, 200, 1, 0}, usage{111 * mib, 200, 1, 0}, false, "FAIL (RSS)"},
+		{"RSS -11% is out too", usage{100 * mib, 200, 1, 0}, usage{89 * mib, 200, 1, 0}, false, "FAIL (RSS)"},
+		{"few goroutines: slack 20", usage{100 * mib, 40, 1, 0}, usage{100 * mib, 60, 1, 0}, true, "PASS"},
+		{"few goroutines: past slack", usage{100 * mib, 40, 1, 0}, usage{100 * mib, 61, 1, 0}, false, "FAIL (goroutines)"},
+		{"many goroutines: 10%", usage{100 * mib, 1000, 1, 0}, usage{100 * mib, 1100, 1, 0}, true, "PASS"},
+		{"many goroutines: past 10%", usage{100 * mib, 1000, 1, 0}, usage{100 * mib, 1101, 1, 0}, false, "FAIL (goroutines)"},
+		{"both", usage{100 * mib, 40, 1, 0}, usage{200 * mib, 400, 1, 0}, false, "FAIL (RSS, goroutines)"},
+		{"restarted", usage{100 * mib, 200, 1, 0}, usage{100 * mib, 200, 2, 0}, false, "FAIL (restarted)"},
+		{"no start time", usage{100 * mib, 200, 0, 0}, usage{100 * mib, 200, 0, 0}, true, "PASS"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ok, got := judge(tc.start, tc.end)
@@ -44,9 +44,9 @@ func TestMedianUsage(t *testing.T) {
 		in   []usage
 		want usage
 	}{
-		{"one", []usage{{1, 2, 3}}, usage{1, 2, 3}},
-		{"each field on its own", []usage{{5, 10, 7}, {1, 30, 7}, {3, 20, 7}}, usage{3, 20, 7}},
-		{"even: mean of the middle two", []usage{{1, 1, 1}, {2, 2, 1}, {4, 4, 1}, {9, 9, 1}}, usage{3, 3, 1}},
+		{"one", []usage{{1, 2, 3, 0}}, usage{1, 2, 3, 0}},
+		{"each field on its own", []usage{{5, 10, 7, 0}, {1, 30, 7, 0}, {3, 20, 7, 0}}, usage{3, 20, 7, 0}},
+		{"even: mean of the middle two", []usage{{1, 1, 1, 0}, {2, 2, 1, 0}, {4, 4, 1, 0}, {9, 9, 1, 0}}, usage{3, 3, 1, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, medianUsage(tc.in), cmp.AllowUnexported(usage{})); diff != "" {
