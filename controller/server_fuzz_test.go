@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -149,6 +150,94 @@ func FuzzServer(f *testing.F) {
 			codes.Unavailable, codes.PermissionDenied, codes.DeadlineExceeded:
 		default:
 			t.Fatalf("answer %v: code %v is not one the contract names", err, st.Code())
+		}
+	})
+}
+
+// FuzzConnect opens a Connect stream on a real server on loopback and sends
+// a Hello and then arbitrary RouterMessages (each data split at 0xff bytes,
+// every part decoded as one message): the server never panics, answers
+// the Hello with a Welcome or ends the stream with a gRPC status the
+// contract names, and serves a GetInstance afterwards.
+func FuzzConnect(f *testing.F) {
+	seed := func(ms ...proto.Message) []byte {
+		var out []byte
+		for i, m := range ms {
+			b, err := proto.Marshal(m)
+			if err != nil {
+				f.Fatal(err)
+			}
+			if i > 0 {
+				out = append(out, 0xff)
+			}
+			out = append(out, b...)
+		}
+		return out
+	}
+	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	hello := &skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: router,
+		Subscriptions: []*skipperv1.Subscription{{Function: ref("default", "hello")}, {Function: ref("default", "missing")}}}}}
+	report := &skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: &skipperv1.Report{Sequence: 1,
+		Functions: []*skipperv1.FunctionReport{{Function: ref("default", "hello"), InFlight: 3, RequestsTotal: 10}}}}}
+	ack := &skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Ack{Ack: &skipperv1.Ack{Function: ref("default", "hello"), Generation: 1}}}
+	f.Add(seed(hello, report, ack))
+	f.Add(seed(hello, report, report))
+	f.Add(seed(report))
+	f.Add(seed(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{}}}))
+	f.Add([]byte{0x0a, 0x00, 0xff, 0x12, 0x02, 0x08, 0x01})
+
+	client := fuzzServer(f)
+	contract := func(t *testing.T, err error) {
+		t.Helper()
+		if err == nil || err == io.EOF {
+			return
+		}
+		st, ok := status.FromError(err)
+		if !ok {
+			t.Fatalf("stream ended with %v, not a gRPC status", err)
+		}
+		switch st.Code() {
+		case codes.InvalidArgument, codes.NotFound, codes.FailedPrecondition, codes.ResourceExhausted,
+			codes.Unavailable, codes.PermissionDenied, codes.Canceled, codes.DeadlineExceeded:
+		default:
+			t.Fatalf("stream ended with %v: code %v is not one the contract names", err, st.Code())
+		}
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var msgs []*skipperv1.RouterMessage
+		for part := range bytes.SplitSeq(data, []byte{0xff}) {
+			var m skipperv1.RouterMessage
+			if proto.Unmarshal(part, &m) != nil {
+				t.Skip("a part is not a RouterMessage")
+			}
+			msgs = append(msgs, &m)
+		}
+		if len(msgs) > 64 {
+			t.Skip("too many messages")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		stream, err := client.Connect(ctx)
+		if err != nil {
+			t.Fatalf("connect: %v", err)
+		}
+		for _, m := range msgs {
+			if err := stream.Send(m); err != nil {
+				break // the server ended the stream; Recv says why
+			}
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatalf("close send: %v", err)
+		}
+		for {
+			if _, err := stream.Recv(); err != nil {
+				contract(t, err)
+				break
+			}
+		}
+		// The server still serves.
+		if _, err := client.GetInstance(ctx, &skipperv1.GetInstanceRequest{Function: ref("default", "missing")}); status.Code(err) != codes.NotFound {
+			t.Fatalf("GetInstance after the stream: %v, want NotFound", err)
 		}
 	})
 }
