@@ -32,7 +32,7 @@ const (
 	// cleanup deletes whatever Functions with it are left, this run's or
 	// an interrupted earlier one's.
 	soakPrefix = "soak-"
-	// soakWarmup is how long the callers run before the starting reading.
+	// soakWarmup is how long the callers run in the warm-up.
 	soakWarmup = 20 * time.Second
 	// soakReadings readings soakReadingGap apart make one reading (their
 	// median), to keep a GC cycle or a burst of goroutines out of it.
@@ -136,19 +136,28 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	callClient := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: max(*callers, 1)}}
-	callCtx, cancelCallers := context.WithCancel(ctx)
-	var callersWG sync.WaitGroup
-	stopCallers := func() {
-		cancelCallers()
-		callersWG.Wait()
-		// Nothing calls any more: let the router close the callers'
-		// connections rather than hold them into the final reading.
-		callClient.CloseIdleConnections()
+	// startCallers runs the callers until the stop it returns is called.
+	// Both readings are taken with the callers stopped and the cluster
+	// settled, so they compare like with like.
+	startCallers := func() (stop func()) {
+		callCtx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		for range *callers {
+			wg.Go(func() { counts.runCaller(callCtx, callClient, routerURL, *function) })
+		}
+		var once sync.Once
+		return func() {
+			once.Do(func() {
+				cancel()
+				wg.Wait()
+				// Nothing calls any more: let the router close the callers'
+				// connections rather than hold them into the reading.
+				callClient.CloseIdleConnections()
+			})
+		}
 	}
-	defer stopCallers()
-	for range *callers {
-		callersWG.Go(func() { counts.runCaller(callCtx, callClient, routerURL, *function) })
-	}
+	stopCallers := startCallers()
+	defer func() { stopCallers() }()
 
 	fmt.Fprintf(stderr, "soak: %d callers on %s, warm-up %s and %d Functions\n", *callers, *function, soakWarmup, *warmFunctions)
 	firstClient := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: *batch}}
@@ -166,11 +175,18 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := pause(ctx, soakWarmup); err != nil {
 		return err
 	}
+	stopCallers()
+	firstClient.CloseIdleConnections()
+	fmt.Fprintf(stderr, "soak: warm-up done; settling %s before the starting reading\n", *settle)
+	if err := pause(ctx, *settle); err != nil {
+		return err
+	}
 	start, err := read(ctx, procs)
 	if err != nil {
 		return fmt.Errorf("starting reading: %w", err)
 	}
 
+	stopCallers = startCallers()
 	batches := (*functions + *batch - 1) / *batch
 	every := *duration / time.Duration(batches) // pace: the batches spread over -d
 	began := time.Now()
@@ -215,10 +231,10 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	fmt.Fprintf(stdout, "soak, %s: %d Functions in batches of %d on pool %s/%s, spread over %s (loop took %s), "+
-		"%d callers on %s through %s; each reading the median of %d, %s apart, after a warm-up (%d Functions, then %s) and after a %s settle; "+
+		"%d callers on %s through %s; each reading the median of %d, %s apart, each after the callers stopped and a %s settle (the first after a warm-up of %d Functions and %s of calls); "+
 		"bound ±%.0f%% (goroutines: or ±%d)\n\n",
 		time.Now().Format(time.DateOnly), counts.created, *batch, *ns, *pool, *duration, took.Round(time.Second),
-		*callers, *function, routerURL, soakReadings, soakReadingGap, *warmFunctions, soakWarmup, *settle,
+		*callers, *function, routerURL, soakReadings, soakReadingGap, *settle, *warmFunctions, soakWarmup,
 		soakTolerance*100, soakGoroutineSlack)
 	fmt.Fprintln(stdout, "| process | RSS start → end | goroutines start → end | Go heap in use start → end | result |")
 	fmt.Fprintln(stdout, "|---|---|---|---|---|")
