@@ -18,6 +18,8 @@ import (
 type hub struct {
 	mu      sync.Mutex
 	streams map[string]*routerStream // by routerKey
+	// logged: the wire fields each router pod's violations were logged for.
+	logged map[string]map[string]bool
 }
 
 // routerStream is one router's Connect stream as the hub sees it.
@@ -33,9 +35,6 @@ type routerStream struct {
 	lastSeq    uint64
 	wake       chan struct{} // cap 1: pending is non-empty
 	replaced   chan struct{} // closed when a newer stream of the same router took over
-	// logged holds the wire fields this stream's violations were logged
-	// for: each is logged once per stream, counted every time.
-	logged map[string]bool
 }
 
 func newHub() *hub { return &hub{streams: map[string]*routerStream{}} }
@@ -58,7 +57,7 @@ func (h *hub) register(id *skipperv1.RouterIdentity) (*routerStream, error) {
 	s := &routerStream{
 		key: routerKey(id), id: id,
 		subs: map[string]bool{}, pending: map[string]*skipperv1.AssignmentUpdate{}, acked: map[string]uint64{},
-		wake: make(chan struct{}, 1), replaced: make(chan struct{}), logged: map[string]bool{},
+		wake: make(chan struct{}, 1), replaced: make(chan struct{}),
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -110,15 +109,25 @@ func (s *routerStream) subscribeLocked(fnKey string) bool {
 	return true
 }
 
-// unlogged returns the fields of v not logged for this stream yet, and
-// marks them logged.
-func (s *routerStream) unlogged(v violations) violations {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// unlogged returns the fields of v not logged for the router pod yet, and
+// marks them logged: each is logged once per router (across its
+// reconnects and incarnations), counted every time. The set is bounded by
+// maxStreams routers; past that it starts again.
+func (h *hub) unlogged(pod string, v violations) violations {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.logged == nil || (h.logged[pod] == nil && len(h.logged) >= maxStreams) {
+		h.logged = map[string]map[string]bool{}
+	}
+	seen := h.logged[pod]
+	if seen == nil {
+		seen = map[string]bool{}
+		h.logged[pod] = seen
+	}
 	var out violations
 	for f, n := range v {
-		if !s.logged[f] {
-			s.logged[f] = true
+		if !seen[f] {
+			seen[f] = true
 			if out == nil {
 				out = violations{}
 			}

@@ -348,15 +348,15 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	log := c.log.With("router", hello.GetRouter().GetPod(), "node", hello.GetRouter().GetNode(),
 		"incarnation", hello.GetRouter().GetIncarnation())
 	log.Info("router connected", "subscriptions", len(subs))
-	// Violations are counted on every message and logged once per stream
-	// and field: a router sending the same bad value every second is one
-	// log line, not one a second.
+	// Violations are counted on every message and logged once per router
+	// and field: a router sending the same bad value every second, or
+	// reconnecting, is one log line, not one a second.
 	logViolations := func(v violations) {
 		if len(v) == 0 {
 			return
 		}
-		if first := rs.unlogged(v); len(first) > 0 {
-			log.Warn("router sent values outside their bounds; not applied (logged once per field and stream, counted in skipper_controller_wire_violations_total)",
+		if first := c.hub.unlogged(hello.GetRouter().GetPod(), v); len(first) > 0 {
+			log.Warn("router sent values outside their bounds; not applied (logged once per router and field, counted in skipper_controller_wire_violations_total)",
 				"violations", first.String())
 		}
 	}

@@ -320,8 +320,9 @@ func TestCheckAck(t *testing.T) {
 	}
 }
 
-// TestRouterStreamLogsEachFieldOnce checks that a stream's violations are
-// logged once per field, however often they repeat, and that its state
+// TestRouterStreamLogsEachFieldOnce checks that a router's violations are
+// logged once per field, however often they repeat or it reconnects, and
+// that its stream's state
 // stays bounded: acks only for subscribed functions, at most
 // maxSubscriptions subscriptions.
 func TestRouterStreamLogsEachFieldOnceAndStaysBounded(t *testing.T) {
@@ -330,15 +331,23 @@ func TestRouterStreamLogsEachFieldOnceAndStaysBounded(t *testing.T) {
 	var v violations
 	v.add(fieldInFlight, "x")
 	v.add(fieldSent, "y")
-	if got := rs.unlogged(v); len(got) != 2 {
+	if got := h.unlogged("r", v); len(got) != 2 {
 		t.Errorf("first time: %v, want both fields", got)
 	}
 	v.add(fieldQueued, "z")
-	if diff := cmp.Diff(map[string]int{fieldQueued: 1}, violated(rs.unlogged(v))); diff != "" {
+	if diff := cmp.Diff(map[string]int{fieldQueued: 1}, violated(h.unlogged("r", v))); diff != "" {
 		t.Errorf("second time (-want +got):\n%s", diff)
 	}
-	if got := rs.unlogged(v); got != nil {
+	if got := h.unlogged("r", v); got != nil {
 		t.Errorf("third time: %v, want nothing", got)
+	}
+	// The router reconnects: still logged.
+	mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "r", Incarnation: "2"})
+	if got := h.unlogged("r", v); got != nil {
+		t.Errorf("after a reconnect: %v, want nothing", got)
+	}
+	if got := h.unlogged("other", v); len(got) != 3 {
+		t.Errorf("another router: %v, want all three fields", got)
 	}
 
 	rs.ack("default/unsubscribed", 3)
