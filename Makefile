@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: proto-breaking bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -60,6 +60,12 @@ generate: tools bpf-generate
 	$(TOOLS)/controller-gen object paths=./controller/api/...
 	$(TOOLS)/controller-gen crd:crdVersions=v1 paths=./controller/api/... output:crd:dir=./deploy/base/crd
 	cd proto && PATH=$(TOOLS):$$PATH $(GO) generate ./...
+
+## proto-breaking: fail if proto/ breaks wire compatibility with PROTO_BASE
+## (a git ref, default main), with the buf pinned in proto/tools
+PROTO_BASE ?= main
+proto-breaking: tools
+	cd proto && $(TOOLS)/buf breaking --against '../.git#ref=$(PROTO_BASE),subdir=proto'
 
 ## verify: regenerate and fail if the committed output differs
 verify: generate
