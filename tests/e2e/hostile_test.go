@@ -250,6 +250,7 @@ func TestAbortedOneshotReleased(t *testing.T) {
 	const fn = "oneshot-aborted"
 	createFunction(t, fn, map[string]any{"oneshot": true})
 	ref := "default/" + fn
+	firstCall(t, ref) // callable (a new Function within 2 s), and its pod released as usual
 	for _, q := range []string{"cut=1", "stall=1m"} {
 		conn, resp := rawCall(t, ref, q)
 		if resp.StatusCode != http.StatusOK {
