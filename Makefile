@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: proto-breaking bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: proto-breaking bench bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -78,11 +78,13 @@ verify: generate
 lint:
 	$(GO) vet ./...
 	cd tests/promql && $(GO) vet ./...
+	cd tests/benchplot && $(GO) vet ./...
 
 ## unit: tests that need no cluster (controller/, noderouter/, ...)
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /tests/)
 	cd tests/promql && $(GO) test -count=1 ./...
+	cd tests/benchplot && $(GO) test -count=1 ./...
 
 ## fuzz: every fuzz target (func Fuzz* in a _test.go of the main module) for
 ## FUZZTIME each, starting from its committed corpus in testdata/fuzz
@@ -111,6 +113,16 @@ bench-coldstart: build
 ## VIP, via kube-proxy, and to the router directly (needs a running cluster)
 bench-vip: build
 	$(BIN)/skipper-bench vip -n 2000
+
+## bench: warm requests direct, through the router (node IP, BPF-steered VIP,
+## kube-proxy) and through nginx and haproxy beside it: wrk closed loop,
+## fixed-rate open loop, proxy CPU per request; rewrites its section of
+## docs/benchmarks.md and docs/bench/ (needs a running cluster: make up in
+## another shell; root)
+bench: build
+	bash .ci/install-bench
+	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
+	$(BIN)/skipper-bench warm
 
 ## bench-soak: 10 minutes of 500 Functions created and deleted while calls run;
 ## router and controller RSS and goroutines must end within 10% of the start

@@ -5,6 +5,7 @@
 //	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
+//	skipper-bench warm [-rounds 5] [-duration 5s] [-connections 64] [-rate 1000] [-contenders direct,router,nginx,haproxy,vip,kube-proxy] [-docs docs/benchmarks.md]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
 // the cluster is quiet (the pool has a ready warm pod and none starting, the
@@ -28,6 +29,16 @@
 // warm-up and again -settle after the loop, prints a markdown table of
 // both with PASS/FAIL against ±10% (goroutines: or ±20), and exits
 // non-zero when a process is outside the bound.
+//
+// warm is issue 14's comparison of warm requests (see warm.go): a closed
+// loop (wrk) and an open loop at a fixed rate, the contenders interleaved
+// in every round, against one instance of a Function it makes: directly,
+// through node 1's router (by its IP and through the Service VIP), and
+// through nginx and haproxy run beside the router; with the proxies' CPU
+// per request. It rewrites its section of docs/benchmarks.md and writes
+// docs/bench/warm.json (and plots, with skipper-benchplot from
+// tests/benchplot). `sudo bash .ci/install-bench` installs wrk, nginx and
+// haproxy.
 package main
 
 import (
@@ -76,10 +87,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runVIPClient(ctx, args[1:], stdout, stderr)
 		case "soak":
 			return runSoak(ctx, args[1:], stdout, stderr)
+		case "warm":
+			return runWarm(ctx, args[1:], stdout, stderr)
+		case "warm-open":
+			return runWarmOpen(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "coldstart" {
-		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|vip|soak [flags]   (skipper-bench coldstart --help)")
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|vip|soak|warm [flags]   (skipper-bench warm --help)")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)
