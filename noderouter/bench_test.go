@@ -1,11 +1,17 @@
 package noderouter
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"testing"
 
 	"skipper.dev/skipper/noderouter/route"
@@ -50,22 +56,26 @@ func benchBackend(b *testing.B) string {
 // BenchmarkDirect (the same exchange without the router) to get the router's
 // own cost; allocations include the instance's server side.
 func BenchmarkProxyWarm(b *testing.B) {
-	addr := benchBackend(b)
-	cfg := DefaultConfig()
-	cfg.NodeName, cfg.PodName = "bench", "bench"
-	cache := &route.Cache{}
-	cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1,
-		Instances: []route.InstanceInfo{{Pod: "p", PodUID: "u", Address: addr}}})
-	p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, nil, noResolver{b})
-	b.Cleanup(p.transport.CloseIdleConnections)
+	p := warmProxy(b, benchBackend(b))
+	b.Cleanup(p.nethttp.transport.CloseIdleConnections)
 	req := httptest.NewRequest("GET", "http://198.51.100.11:8380/hello", nil)
 	req.Header.Set(HeaderFunction, "default/echo")
 	w := &discard{h: http.Header{}}
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(w.h)
-		p.ServeHTTP(w, req)
+		p.nethttp.ServeHTTP(w, req)
 	}
+}
+
+// warmProxy is a proxy whose cache holds default/echo at addr.
+func warmProxy(b *testing.B, addr string) *proxy {
+	cfg := DefaultConfig()
+	cfg.NodeName, cfg.PodName = "bench", "bench"
+	cache := &route.Cache{}
+	cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1,
+		Instances: []route.InstanceInfo{{Pod: "p", PodUID: "u", Address: addr}}})
+	return newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, nil, noResolver{b})
 }
 
 // BenchmarkDirect is BenchmarkProxyWarm's exchange without the router.
@@ -108,13 +118,108 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		Instances: []route.InstanceInfo{{Pod: "p1", PodUID: "u1", Address: "198.18.0.10:8080"}, {Pod: "p2", PodUID: "u2", Address: "198.18.0.11:8080"}},
 		Config:    route.Config{ConcurrencyLimit: 100}})
 	p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, nil, noResolver{b})
-	p.rp.Transport = cannedTransport{}
+	p.nethttp.rp.Transport = cannedTransport{}
 	req := httptest.NewRequest("GET", "http://198.51.100.11:8380/hello", nil)
 	req.Header.Set(HeaderFunction, "default/echo")
 	w := &discard{h: http.Header{}}
 	b.ReportAllocs()
 	for b.Loop() {
 		clear(w.h)
-		p.ServeHTTP(w, req)
+		p.nethttp.ServeHTTP(w, req)
 	}
+}
+
+// rawBackend is an instance that answers every request head it reads with
+// a fixed 200, allocating nothing per request: in a benchmark over it, the
+// allocations are the router's.
+func rawBackend(b *testing.B) string {
+	b.Helper()
+	ln := listen(b)
+	b.Cleanup(func() { ln.Close() })
+	const answer = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n"
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					// Heads without bodies: read to the blank line.
+					for {
+						line, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(line) <= 2 {
+							break
+						}
+					}
+					if _, err := io.WriteString(c, answer); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+// BenchmarkProxyWarmServed is a warm request through the router's served
+// path (server, core, forwarder) from a raw keep-alive client to a raw
+// instance on loopback, per forwarder: allocs/op are the router's own
+// (issue 14: at most 5).
+func BenchmarkProxyWarmServed(b *testing.B) {
+	for _, fwd := range []string{forwarderH1, forwarderNethttp} {
+		b.Run(fwd, func(b *testing.B) {
+			addr := rawBackend(b)
+			cfg := DefaultConfig()
+			cfg.NodeName, cfg.PodName = "bench", "bench"
+			cache := &route.Cache{}
+			cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1,
+				Instances: []route.InstanceInfo{{Pod: "p", PodUID: "u", Address: addr}}})
+			p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, nil, noResolver{b})
+			url := serveProxyWith(b, p, fwd)
+			c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			const req = "GET /hello HTTP/1.1\r\nHost: 198.51.100.11:8380\r\nX-Skipper-Function: default/echo\r\n\r\n"
+			br := bufio.NewReader(c)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := io.WriteString(c, req); err != nil {
+					b.Fatal(err)
+				}
+				if err := readCanned(br); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// readCanned reads one response with a Content-Length body.
+func readCanned(br *bufio.Reader) error {
+	n := -1
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil {
+			return err
+		}
+		if len(line) <= 2 {
+			break
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("Content-Length: ")); ok {
+			n, _ = strconv.Atoi(string(bytes.TrimSpace(v)))
+		}
+	}
+	if n < 0 {
+		return errors.New("response without Content-Length")
+	}
+	_, err := br.Discard(n)
+	return err
 }

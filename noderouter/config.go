@@ -106,6 +106,10 @@ type Config struct {
 	// MaxHeaderBytes bounds a request's header (http.Server.MaxHeaderBytes);
 	// larger ones get 431.
 	MaxHeaderBytes int
+	// Forwarder serves HTTP/1.1 callers: "h1" (the router's own path) or
+	// "nethttp" (net/http and httputil.ReverseProxy). h2c callers are
+	// always served by net/http.
+	Forwarder string
 	// MaxBodyBytes bounds a request body; larger ones get 413. 0 means no
 	// limit.
 	MaxBodyBytes int64
@@ -198,6 +202,7 @@ func DefaultConfig() Config {
 		RetryBackoffBase:    10 * time.Millisecond,
 		RetryBackoffMax:     500 * time.Millisecond,
 		MaxHeaderBytes:      64 << 10,
+		Forwarder:           forwarderH1,
 		MaxBodyBytes:        10 << 20,
 		MaxInFlight:         10000,
 		CacheIdleTimeout:    10 * time.Minute,
@@ -281,6 +286,9 @@ func (c Config) Validate() error {
 	pos(c.RetryBackoffBase, "retry-backoff-base")
 	if c.RetryBackoffMax < c.RetryBackoffBase {
 		errs = append(errs, fmt.Errorf("--retry-backoff-max %s is below --retry-backoff-base %s", c.RetryBackoffMax, c.RetryBackoffBase))
+	}
+	if c.Forwarder != forwarderH1 && c.Forwarder != forwarderNethttp {
+		errs = append(errs, fmt.Errorf("--forwarder %q must be %s or %s", c.Forwarder, forwarderH1, forwarderNethttp))
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("--max-header-bytes %d must be at least 1024", c.MaxHeaderBytes))
@@ -491,6 +499,7 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	dur(&c.RetryBackoffMax, "retry-backoff-max", "longest wait before a retry")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header accepted; larger: 431")
 	envs("max-header-bytes")
+	str(&c.Forwarder, "forwarder", "what forwards HTTP/1.1 requests: h1, the router's own path (the goroutine that reads a request sends it on a pooled instance connection and copies the answer back, no hand-off), or nethttp (Go's net/http server and httputil.ReverseProxy); h2c callers are always served by net/http")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes; larger: 413 with a JSON reason (body_too_large), at once for a Content-Length over it, as the body streams otherwise; 0: no limit")
 	envs("max-body-bytes")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests the router handles at once, across all functions (queued and cold ones included); more: 503 with Retry-After and a JSON reason (router_overloaded); 0: no limit")

@@ -155,21 +155,27 @@ type errorBody struct {
 	Function string `json:"function,omitempty"`
 }
 
+// body is a's JSON body.
+func (a answer) body(function string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false) // messages quote <namespace>/<name>
+	_ = enc.Encode(errorBody{Error: a.msg, Reason: a.reason, Function: function})
+	return b.Bytes()
+}
+
 // write sends a as JSON. A 499 writes nothing: nobody is listening.
 func (a answer) write(w http.ResponseWriter, function string) {
 	if a.status == StatusClientClosed {
 		return
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false) // messages quote <namespace>/<name>
-	_ = enc.Encode(errorBody{Error: a.msg, Reason: a.reason, Function: function})
+	b := a.body(function)
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(b.Len()))
+	h.Set("Content-Length", strconv.Itoa(len(b)))
 	if a.retryAfter {
 		h.Set("Retry-After", retryAfter)
 	}
 	w.WriteHeader(a.status)
-	_, _ = w.Write(b.Bytes())
+	_, _ = w.Write(b)
 }

@@ -103,8 +103,9 @@ func breakingInstance(t *testing.T) string {
 	return ts.Listener.Addr().String()
 }
 
-// proxyServer serves a proxy over res on loopback (a real http.Server: the
-// ReverseProxy aborts broken exchanges only there).
+// proxyServer serves a proxy over res on loopback with the forwarder under
+// test (a real server: the ReverseProxy aborts broken exchanges only
+// there).
 func proxyServer(t *testing.T, res *fakeResolver, mutate func(*Config)) (*proxy, string) {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -116,12 +117,7 @@ func proxyServer(t *testing.T, res *fakeResolver, mutate func(*Config)) (*proxy,
 		t.Fatal(err)
 	}
 	p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("node1"), res.cache, nil, res)
-	ts := httptest.NewServer(p)
-	t.Cleanup(func() {
-		ts.Close()
-		p.transport.CloseIdleConnections()
-	})
-	return p, ts.URL
+	return p, serveProxy(t, p)
 }
 
 func get(ctx context.Context, url, fn string) (*http.Response, error) {
@@ -410,7 +406,7 @@ func TestDefaultBodyLimit(t *testing.T) {
 	req.ContentLength = 10<<20 + 1 // announced: answered before a byte is read
 	req.Header.Set(HeaderFunction, "default/fn")
 	w := httptest.NewRecorder()
-	p.ServeHTTP(w, req)
+	p.nethttp.ServeHTTP(w, req)
 	var body errorBody
 	if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
 		t.Fatal(err)

@@ -1,7 +1,9 @@
 package noderouter
 
 import (
+	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,6 +55,9 @@ type metrics struct {
 	// steering is read by the BPF counter collector at scrape time; nil
 	// while BPF steering is not loaded.
 	steering atomic.Pointer[bpf.Steering]
+
+	fnMu sync.RWMutex
+	fn   map[string]*fnMetrics // by function key
 }
 
 // Values of skipper_noderouter_bpf_mode's mode label, all initialised.
@@ -124,6 +129,7 @@ func newMetrics(node string) *metrics {
 	const ns, sub = "skipper", "noderouter"
 	m := &metrics{
 		reg: reg,
+		fn:  make(map[string]*fnMetrics),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: ns, Subsystem: sub, Name: "requests_total",
 			Help: "Requests answered, by function (namespace/name; empty when the name was missing, malformed or not in the router's cache) and HTTP status (499: the caller went away; an exchange that broke after the response's header counts as 499, 502 or 504 by its cause). The series of a deleted function are dropped.",
@@ -218,9 +224,48 @@ func newMetrics(node string) *metrics {
 	return m
 }
 
+// fnMetrics are a function's series on the request path, resolved once
+// (a label lookup hashes its values and may allocate).
+type fnMetrics struct {
+	ok      prometheus.Counter // requests{code="200"}
+	seconds prometheus.Observer
+	key     string
+	m       *metrics
+}
+
+// count is the requests counter of status.
+func (f *fnMetrics) count(status int) prometheus.Counter {
+	if status == http.StatusOK {
+		return f.ok
+	}
+	return f.m.requests.WithLabelValues(f.key, codeLabel(status))
+}
+
+// function returns the series of the function key, resolving them on
+// first use.
+func (m *metrics) function(key string) *fnMetrics {
+	m.fnMu.RLock()
+	f := m.fn[key]
+	m.fnMu.RUnlock()
+	if f != nil {
+		return f
+	}
+	m.fnMu.Lock()
+	defer m.fnMu.Unlock()
+	if f = m.fn[key]; f == nil {
+		f = &fnMetrics{ok: m.requests.WithLabelValues(key, codeLabel(http.StatusOK)),
+			seconds: m.functionSeconds.WithLabelValues(key), key: key, m: m}
+		m.fn[key] = f
+	}
+	return f
+}
+
 // forgetFunction deletes the series of the function key (namespace/name):
 // it was deleted, or its cache entry left for idleness.
 func (m *metrics) forgetFunction(key string) {
+	m.fnMu.Lock()
+	delete(m.fn, key)
+	m.fnMu.Unlock()
 	m.requests.DeletePartialMatch(prometheus.Labels{"function": key})
 	m.functionSeconds.DeleteLabelValues(key)
 }

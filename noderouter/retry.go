@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net/http"
 	"syscall"
 	"time"
+
+	"skipper.dev/skipper/noderouter/route"
 )
 
 // HeaderIdempotencyKey makes a POST or PATCH safe to resend
@@ -111,4 +114,116 @@ func sleep(ctx context.Context, d time.Duration) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// forwarded is how the forward loop ended: with a result (a response
+// relayed, or an exchange aborted after its head) or an answer of the
+// router's own; e is the entry it ended with (a retry may have asked the
+// owner again).
+type forwarded struct {
+	e        *route.Entry
+	instance *route.Instance // the last one sent to
+	res      result
+	ans      answer
+	// waited: taking instances, backoff and GetInstance; upstream: the
+	// sends.
+	waited, upstream time.Duration
+}
+
+// forward sends the request to an instance of a until one answers or the
+// request may not be sent again: a dial failure evicts the instance and is
+// retried elsewhere; a connection broken before any response byte is
+// retried for idempotent requests whose body was not started; at most
+// --max-attempts sends, with jittered exponential backoff, within the
+// request's deadline.
+func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Assignment, deadline time.Time) (f forwarded) {
+	f.e = e
+	// failed are the instances that failed this request, dead the pod UIDs
+	// of those evicted; both stay nil on the warm path.
+	var failed []*route.Instance
+	var dead []string
+	for n := 1; ; n++ {
+		oneshot := a.Config.Oneshot
+		t := time.Now()
+		in, ans := p.take(ex, ref, f.e, a, failed)
+		t1 := time.Now()
+		f.waited += t1.Sub(t)
+		if ans.status != 0 {
+			f.ans = ans
+			return f
+		}
+		f.instance = in
+		f.res = p.attempt(ex, ref, f.e, in, oneshot, deadline)
+		t2 := time.Now()
+		f.upstream += t2.Sub(t1)
+		if f.res.err == nil {
+			return f
+		}
+		err := f.res.err
+		switch {
+		case ex.gone():
+			// The caller went away or the request timed out: answer for
+			// that (499/504), whatever the send made of it.
+			err = context.Canceled
+		case !deadline.IsZero() && !t2.Before(deadline):
+			err = context.DeadlineExceeded
+		}
+		fail := classify(err, err != f.res.err)
+		if fail == failDial && !oneshot {
+			// The instance is gone (or never was): evict it, retried or not.
+			// A broken connection is not enough: the instance may be alive.
+			if p.cache.Evict(ref, in.PodUID) {
+				p.m.evictions.Inc()
+				p.log.Info("instance unreachable; evicted", "function", f.e.Key, "pod", in.Pod, "address", in.Address, "err", err)
+			}
+			dead = append(dead, in.PodUID)
+		}
+		if n >= p.maxAttempts || !retryable(fail, idempotent(ex.method(), ex.idempotencyKey()), ex.bodyStarted()) {
+			f.ans = upstreamAnswer(err)
+			return f
+		}
+		p.m.retries.Inc()
+		failed = append(failed, in)
+		if fail != failDial {
+			p.log.Info("connection to instance broke before a response; retrying", "function", f.e.Key, "pod", in.Pod, "err", err)
+		}
+		if err := p.backoff(ex, n, deadline); err != nil {
+			f.ans = upstreamAnswer(err)
+			return f
+		}
+		f.waited += time.Since(t2)
+		if _, next := p.cache.Lookup(ref); next != nil && (len(next.Instances) > 0 || next.Config.Oneshot) {
+			a = next
+			continue
+		}
+		// The cached set ran dry: ask the owner, naming what failed to dial.
+		t = time.Now()
+		ne, na, err := p.resolver.resolve(ex.ctx(), ref, a.Generation, dead)
+		f.waited += time.Since(t)
+		if err != nil {
+			f.ans, _ = controllerAnswer(err)
+			return f
+		}
+		f.e, a = ne, na
+	}
+}
+
+// backoff waits before the next of n sends: the jittered backoff, cut at
+// the request's deadline (then context.DeadlineExceeded) and by the caller
+// going away (context.Canceled).
+func (p *proxy) backoff(ex exchange, n int, deadline time.Time) error {
+	d := backoff(n, p.backoffBase, p.backoffMax, rand.Float64())
+	late := false
+	if !deadline.IsZero() {
+		if left := time.Until(deadline); left < d {
+			d, late = max(left, 0), true
+		}
+	}
+	if err := sleep(ex.ctx(), d); err != nil {
+		return err
+	}
+	if late {
+		return context.DeadlineExceeded
+	}
+	return nil
 }

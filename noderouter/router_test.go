@@ -53,6 +53,7 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep 
 	cfg.ReconnectMin, cfg.ReconnectMax = 10*time.Millisecond, 50*time.Millisecond
 	cfg.ShutdownTimeout = 5 * time.Second
 	cfg.DrainDelay = 0
+	cfg.Forwarder = testForwarder
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -83,7 +84,7 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep 
 	return &harness{fake: fake, rt: rt, url: "http://" + data.Addr().String(), admin: "http://" + admin.Addr().String(), client: &http.Client{Transport: tr}}
 }
 
-func listen(t *testing.T) net.Listener {
+func listen(t testing.TB) net.Listener {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -173,19 +173,29 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	var protocols http.Protocols
 	protocols.SetHTTP1(true)
 	protocols.SetUnencryptedHTTP2(true)
-	dataSrv := &http.Server{Handler: rt.proxy, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	dataSrv := &http.Server{Handler: rt.proxy.nethttp, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
 		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog, Protocols: &protocols}
 	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-	serve := func(srv *http.Server, ln net.Listener, what string) {
+	serve := func(srv interface{ Serve(net.Listener) error }, ln net.Listener, what string) {
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve %s on %s: %w", what, ln.Addr(), err)
 		}
 	}
-	wg.Go(func() { serve(dataSrv, data, "data plane") })
+	// The data plane's HTTP/1.1 server: net/http's (--forwarder=nethttp)
+	// or h1's, which hands h2c connections to net/http's.
+	var h1Srv *h1Server
+	var dataServer interface{ Serve(net.Listener) error } = dataSrv
+	if rt.cfg.Forwarder == forwarderH1 {
+		handoff := newConnListener(data.Addr())
+		h1Srv = newH1Server(rt.proxy, rt.log, handoff)
+		dataServer = h1Srv
+		wg.Go(func() { serve(dataSrv, handoff, "data plane (h2c)") })
+	}
+	wg.Go(func() { serve(dataServer, data, "data plane") })
 	localAddr := ""
 	if rt.local != nil {
 		localAddr = rt.local.Addr().String()
-		wg.Go(func() { serve(dataSrv, rt.local, "data plane (local address)") })
+		wg.Go(func() { serve(dataServer, rt.local, "data plane (local address)") })
 	}
 	wg.Go(func() { serve(adminSrv, admin, "admin") })
 	if rt.localAddr != nil {
@@ -235,6 +245,11 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ShutdownTimeout)
 	defer cancel()
 	var errs []error
+	if h1Srv != nil {
+		if err := h1Srv.Shutdown(sctx); err != nil {
+			errs = append(errs, fmt.Errorf("drain data plane: %w", err))
+		}
+	}
 	if err := dataSrv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain data plane: %w", err))
 		_ = dataSrv.Close()
@@ -245,7 +260,8 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 		_ = adminSrv.Close()
 	}
 	wg.Wait()
-	rt.proxy.transport.CloseIdleConnections()
+	rt.proxy.nethttp.transport.CloseIdleConnections()
+	rt.proxy.pool.close()
 	rt.log.Info("stopped")
 	return errors.Join(append([]error{runErr}, errs...)...)
 }

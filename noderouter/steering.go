@@ -137,8 +137,9 @@ func (rt *router) followVIPs(ctx context.Context, cs kubernetes.Interface) error
 // instances and to controllers), so the programs never rewrite them. Called
 // before serving, while nothing dials yet.
 func (rt *router) markDials() {
-	d := &net.Dialer{Timeout: rt.cfg.DialTimeout, KeepAlive: 30 * time.Second, Control: bpf.MarkControl(bpf.DefaultSkipMark)}
-	rt.proxy.transport.DialContext = d.DialContext
+	d := instanceDialer(rt.cfg, bpf.MarkControl(bpf.DefaultSkipMark))
+	rt.proxy.nethttp.transport.DialContext = d.DialContext
+	rt.proxy.pool.dialer = d
 	rt.cp.dialer = &net.Dialer{Control: bpf.MarkControl(bpf.DefaultSkipMark)}
 }
 

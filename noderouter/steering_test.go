@@ -261,7 +261,7 @@ func testBPFSteersVIPToLocalAddress(t *testing.T, skMsg bool) {
 		t.Fatal("controller dialer not set")
 	}
 	for what, dial := range map[string]func(context.Context, string, string) (net.Conn, error){
-		"instances": rt.proxy.transport.DialContext, "controllers": rt.cp.dialer.DialContext} {
+		"instances": rt.proxy.nethttp.transport.DialContext, "controllers": rt.cp.dialer.DialContext} {
 		if got := dialMark(t, dial, target.Addr().String()); got != bpf.DefaultSkipMark {
 			t.Errorf("dials to %s carry SO_MARK %#x, want %#x", what, got, bpf.DefaultSkipMark)
 		}
@@ -346,7 +346,7 @@ func TestBPFAutoDegrades(t *testing.T) {
 	// CAP_NET_ADMIN, which a degraded router may lack).
 	target := listen(t)
 	defer target.Close()
-	if got := dialMark(t, rt.proxy.transport.DialContext, target.Addr().String()); got != 0 || rt.cp.dialer != nil {
+	if got := dialMark(t, rt.proxy.nethttp.transport.DialContext, target.Addr().String()); got != 0 || rt.cp.dialer != nil {
 		t.Errorf("degraded router marks its dials: SO_MARK %#x, controller dialer %v", got, rt.cp.dialer)
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -277,6 +277,9 @@ func (r *Request) HeadLen() int { return len(r.buf) }
 // h2Preface is the HTTP/2 connection preface (RFC 9113 §3.4).
 const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
+// H2PrefaceLen is the length of the HTTP/2 connection preface.
+const H2PrefaceLen = len(h2Preface)
+
 // IsH2Preface reports whether p, the first bytes of a connection (from
 // bufio.Reader.Peek), are the HTTP/2 prior-knowledge preface; p shorter
 // than the preface reports whether it could still become one. The

@@ -1,0 +1,368 @@
+package noderouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"skipper.dev/skipper/noderouter/h1"
+	"skipper.dev/skipper/noderouter/route"
+)
+
+// errUpgradeRefused is a 101 to a request that asked for no upgrade.
+var errUpgradeRefused = errors.New("instance switched protocols without an Upgrade request")
+
+// send forwards the request once to in on a pooled connection and relays
+// the answer: head, body (streamed, each read flushed), trailers.
+func (c *h1conn) send(in *route.Instance, deadline time.Time) result {
+	c.stopWatch()
+	if c.left.Load() {
+		return result{err: context.Canceled}
+	}
+	up, err := c.upstream(in.Address, deadline)
+	if err != nil {
+		return result{err: err}
+	}
+	c.up.Store(up)
+	defer c.up.Store(nil)
+	err = c.exchange(up)
+	if err != nil && up.reused && !c.sent && retryFresh(err) {
+		// The instance closed the idle connection as it was reused: send
+		// again once on a new one, as net/http's transport does.
+		_ = up.Close()
+		if up, err = c.dial(in.Address, deadline); err != nil {
+			return result{err: err}
+		}
+		c.up.Store(up)
+		err = c.exchange(up)
+	}
+	if err != nil {
+		_ = up.Close()
+		return result{err: err}
+	}
+	return c.relay(up)
+}
+
+// upstream returns a connection to addr: the pool's, checked alive when it
+// idled a while, or a new one.
+func (c *h1conn) upstream(addr string, deadline time.Time) (*upConn, error) {
+	now := time.Now()
+	for {
+		up := c.p.pool.get(addr, now)
+		if up == nil {
+			return c.dial(addr, deadline)
+		}
+		if now.Sub(up.since) < time.Second || alive(up) {
+			_ = up.SetDeadline(deadline)
+			return up, nil
+		}
+		_ = up.Close()
+	}
+}
+
+func (c *h1conn) dial(addr string, deadline time.Time) (*upConn, error) {
+	ctx := context.Background()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	up, err := c.p.pool.dial(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	_ = up.SetDeadline(deadline)
+	return up, nil
+}
+
+// alive reports whether an idle connection is still open: no EOF, reset
+// or stray bytes waiting on it (a non-blocking peek).
+func alive(up *upConn) bool {
+	sc, ok := up.Conn.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	ok = false
+	var b [1]byte
+	_ = rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		ok = n < 0 && errors.Is(err, syscall.EAGAIN)
+		return true
+	})
+	return ok
+}
+
+// retryFresh reports an error of a reused connection that the instance
+// closed while it idled: nothing of the response came.
+func retryFresh(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// exchange writes the request to up and reads the response head (relaying
+// 1xx responses), leaving the body to relay.
+func (c *h1conn) exchange(up *upConn) error {
+	c.rewriteRequest()
+	if err := h1.WriteRequest(up.bw, &c.req, c.add); err != nil {
+		return err
+	}
+	if !c.bodyDone {
+		if err := c.sendBody(up); err != nil {
+			return err
+		}
+	}
+	if err := up.bw.Flush(); err != nil {
+		return err
+	}
+	c.startWatch(watchAfter)
+	defer c.stopWatch()
+	for {
+		if err := c.resp.Read(up.br, c.p.maxHeaderBytes, c.req.IsHEAD()); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return context.DeadlineExceeded
+			}
+			return err
+		}
+		if !c.resp.Informational() {
+			if c.resp.SwitchingProtocols() && c.req.Upgrade() == nil {
+				return errUpgradeRefused
+			}
+			return nil
+		}
+		// 100 Continue and the like go to the caller as they come.
+		c.resp.DropHopByHop()
+		c.stopWatch()
+		if err := h1.WriteResponse(c.bw, &c.resp, nil); err == nil {
+			err = c.bw.Flush()
+		}
+		c.startWatch(watchAfter)
+	}
+}
+
+// rewriteRequest marks the fields not forwarded and collects the ones
+// added: the framing, Host for an absolute-form target, the upgrade, and
+// this hop in X-Forwarded-* and Forwarded.
+func (c *h1conn) rewriteRequest() {
+	r := &c.req
+	if c.rewritten {
+		return
+	}
+	c.rewritten = true
+	upgrade := r.Upgrade()
+	r.DropHopByHop()
+	r.Drop(HeaderFunction)
+	if r.ExpectContinue() {
+		// Answered here (100 before the body is read), not forwarded.
+		r.Drop("Expect")
+	}
+	s := c.scratch[:0]
+	// X-Forwarded-For: the caller's chain and this hop, in one field.
+	xff := len(s)
+	s = r.AppendValues(s, "X-Forwarded-For", ", ")
+	if len(s) > xff {
+		s = append(s, ", "...)
+	}
+	s = append(s, c.forIP...)
+	xffEnd := len(s)
+	r.Drop("X-Forwarded-For")
+	fwd := len(s)
+	s = append(s, "for="...)
+	s = append(s, c.forwardedFor...)
+	s = append(s, `;host="`...)
+	s = append(s, r.Host()...)
+	s = append(s, `";proto=http`...)
+	fwdEnd := len(s)
+	c.scratch = s
+	add := append(c.add[:0], h1.Field{Name: "X-Forwarded-For", Value: s[xff:xffEnd]})
+	if _, ok := r.Get("X-Forwarded-Host"); !ok {
+		add = append(add, h1.Field{Name: "X-Forwarded-Host", Value: r.Host()})
+	}
+	if _, ok := r.Get("X-Forwarded-Proto"); !ok {
+		add = append(add, h1.Field{Name: "X-Forwarded-Proto", Value: protoHTTP})
+	}
+	add = append(add, h1.Field{Name: "Forwarded", Value: s[fwd:fwdEnd]})
+	if r.Absolute() || r.Count("Host") == 0 {
+		r.Drop("Host")
+		add = append(add, h1.Field{Name: "Host", Value: r.Host()})
+	}
+	if r.Framing().Kind == h1.BodyChunked {
+		add = append(add, h1.Field{Name: "Transfer-Encoding", Value: chunked})
+	}
+	if upgrade != nil {
+		add = append(add, h1.Field{Name: "Connection", Value: upgradeToken}, h1.Field{Name: "Upgrade", Value: upgrade})
+	}
+	c.add = add
+}
+
+var (
+	protoHTTP    = []byte("http")
+	chunked      = []byte("chunked")
+	upgradeToken = []byte("Upgrade")
+	keepAlive    = []byte("keep-alive")
+	closeToken   = []byte("close")
+)
+
+// sendBody copies the request body to up, as it comes (chunked re-framed
+// chunk by chunk), within --max-body-bytes.
+func (c *h1conn) sendBody(up *upConn) error {
+	if c.req.ExpectContinue() {
+		c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
+		if err := c.bw.Flush(); err != nil {
+			c.left.Store(true)
+			return err
+		}
+	}
+	isChunked := c.req.Framing().Kind == h1.BodyChunked
+	c.body.Reset(c.br, c.req.Framing())
+	buf := copyBuf.Get().(*[32 << 10]byte)
+	defer copyBuf.Put(buf)
+	max := c.p.maxBodyBytes
+	for {
+		n, rerr := c.body.Read(buf[:])
+		if n > 0 {
+			c.sent = true
+			if max > 0 && c.body.N() > max {
+				return &http.MaxBytesError{Limit: max}
+			}
+			var werr error
+			if isChunked {
+				werr = h1.WriteChunk(up.bw, buf[:n])
+			} else {
+				_, werr = up.bw.Write(buf[:n])
+			}
+			if werr != nil {
+				return werr
+			}
+		}
+		switch {
+		case rerr == io.EOF:
+			c.bodyDone = true
+			if isChunked {
+				return h1.WriteLastChunk(up.bw, c.body.Trailer())
+			}
+			return nil
+		case rerr != nil:
+			// The caller's body broke: nothing to send or answer.
+			c.left.Store(true)
+			return fmt.Errorf("read request body: %w", rerr)
+		}
+	}
+}
+
+// copyBuf holds request body copy buffers.
+var copyBuf = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// relay writes the response to the caller and gives up back to the pool
+// when the exchange left it reusable. A failure from here on is an abort:
+// the caller has (or may have) part of the answer.
+func (c *h1conn) relay(up *upConn) result {
+	r := &c.resp
+	status := r.Status()
+	if r.SwitchingProtocols() {
+		return c.tunnel(up)
+	}
+	r.DropHopByHop()
+	f := r.Framing()
+	// An HTTP/1.1 caller gets a body of unknown length chunked (and keeps
+	// its connection); an HTTP/1.0 caller gets it as it comes, then close.
+	rechunk := c.req.Minor() >= 1 && (f.Kind == h1.BodyChunked || f.Kind == h1.BodyUntilClose)
+	if c.req.Minor() == 0 && (f.Kind == h1.BodyChunked || f.Kind == h1.BodyUntilClose) {
+		c.closeAfter = true
+	}
+	if c.s.shutdown.Load() {
+		c.closeAfter = true
+	}
+	add := c.resAdd[:0]
+	if rechunk {
+		add = append(add, h1.Field{Name: "Transfer-Encoding", Value: chunked})
+	}
+	switch {
+	case c.closeAfter:
+		add = append(add, h1.Field{Name: "Connection", Value: closeToken})
+	case c.req.Minor() == 0:
+		add = append(add, h1.Field{Name: "Connection", Value: keepAlive})
+	}
+	c.resAdd = add[:0]
+	_ = h1.WriteResponse(c.bw, r, add)
+	var err error
+	if f.Kind == h1.BodyNone {
+		err = c.bw.Flush()
+		if err != nil {
+			err = &h1.WriteError{Err: err}
+		}
+	} else {
+		// A stream that stalls is broken off when its caller leaves.
+		c.startWatch(watchAfter)
+		c.rbody.Reset(up.br, f)
+		_, err = h1.Copy(c.bw, &c.rbody, rechunk, true)
+		c.stopWatch()
+	}
+	if err != nil {
+		_ = up.Close()
+		c.closeAfter = true
+		return result{status: status, aborted: c.abortCode(err)}
+	}
+	if r.KeepAlive() && f.Kind != h1.BodyUntilClose {
+		_ = up.SetDeadline(time.Time{})
+		c.p.pool.put(up, time.Now())
+	} else {
+		_ = up.Close()
+	}
+	return result{status: status}
+}
+
+// abortCode is the code of an exchange broken after the response head:
+// 499 the caller went away, 504 the request timed out, 502 the instance
+// broke off.
+func (c *h1conn) abortCode(err error) int {
+	var we *h1.WriteError
+	switch {
+	case errors.As(err, &we), c.left.Load():
+		return StatusClientClosed
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return http.StatusGatewayTimeout
+	}
+	return http.StatusBadGateway
+}
+
+// tunnel relays a 101 and then the bytes of both connections until either
+// side closes (the attempt, and with it the instance's slot, lasts as
+// long).
+func (c *h1conn) tunnel(up *upConn) result {
+	c.resp.DropHopByHop()
+	upgrade, _ := c.resp.Get("Upgrade")
+	_ = up.SetDeadline(time.Time{})
+	add := append(c.resAdd[:0], h1.Field{Name: "Connection", Value: upgradeToken}, h1.Field{Name: "Upgrade", Value: upgrade})
+	c.closeAfter = true
+	err := h1.WriteResponse(c.bw, &c.resp, add)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		_ = up.Close()
+		return result{status: http.StatusSwitchingProtocols, aborted: StatusClientClosed}
+	}
+	// Either side ending ends both: the other copy fails at once.
+	done := make(chan struct{})
+	go func() {
+		// Caller to instance, starting with what the caller's reader holds.
+		_, _ = c.br.WriteTo(up.Conn)
+		_ = up.Close()
+		_ = c.nc.Close()
+		close(done)
+	}()
+	_, _ = up.br.WriteTo(c.nc)
+	_ = up.Close()
+	_ = c.nc.Close()
+	<-done
+	return result{status: http.StatusSwitchingProtocols}
+}

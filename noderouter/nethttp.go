@@ -1,0 +1,244 @@
+package noderouter
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"skipper.dev/skipper/noderouter/route"
+)
+
+// nethttpForwarder forwards requests that net/http's server read: h2c
+// always, and HTTP/1.1 with --forwarder=nethttp. It sends them with
+// httputil.ReverseProxy over an http.Transport (HTTP/1.1 to instances).
+type nethttpForwarder struct {
+	p         *proxy
+	transport *http.Transport
+	rp        *httputil.ReverseProxy
+}
+
+func newTransport(cfg Config) *http.Transport {
+	return &http.Transport{
+		Proxy:       nil, // instances are on the pod network; never an HTTP proxy
+		DialContext: instanceDialer(cfg, nil).DialContext,
+		// The default of 2 idle connections per host makes a busy function
+		// open a new connection for most requests.
+		MaxIdleConns:          0, // no global cap: the per-host cap bounds it
+		MaxIdleConnsPerHost:   cfg.MaxIdleConnsPerHost,
+		IdleConnTimeout:       cfg.IdleConnTimeout,
+		ExpectContinueTimeout: time.Second,
+		// A proxy passes Accept-Encoding through; it must not add gzip and
+		// decompress transparently.
+		DisableCompression: true,
+	}
+}
+
+// instanceDialer dials instances: control sets socket options (the BPF
+// skip mark) when not nil.
+func instanceDialer(cfg Config, control func(network, address string, c syscall.RawConn) error) *net.Dialer {
+	return &net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second, Control: control}
+}
+
+func newNethttpForwarder(cfg Config, p *proxy) *nethttpForwarder {
+	f := &nethttpForwarder{p: p, transport: newTransport(cfg)}
+	f.rp = &httputil.ReverseProxy{
+		Rewrite:        rewrite,
+		Transport:      f.transport,
+		BufferPool:     bufferPool{},
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		ErrorHandler:   recordError,
+		ModifyResponse: recordStatus,
+		// FlushInterval 0: ReverseProxy already flushes each read at once
+		// for responses without a Content-Length (chunked streams) and for
+		// text/event-stream; a fixed-length response is written whole.
+	}
+	return f
+}
+
+// ServeHTTP is the net/http server's handler.
+func (f *nethttpForwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	x := &httpExchange{f: f, w: w, r: r}
+	defer x.done()
+	f.p.serve(x)
+	if x.abort {
+		// The exchange broke after the response's header; it is counted.
+		// net/http drops the caller's connection.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// httpExchange is a request net/http read.
+type httpExchange struct {
+	f *nethttpForwarder
+	w http.ResponseWriter
+	r *http.Request
+
+	out    *http.Request // r with the attempt in its context, built at the first send
+	sctx   context.Context
+	cancel context.CancelFunc
+	body   *trackedBody
+	at     attempt
+	abort  bool
+}
+
+// attempt is one send of a request, reached from the ReverseProxy hooks
+// through the outgoing request's context.
+type attempt struct {
+	instance *route.Instance
+	status   int
+	err      error
+}
+
+type attemptKey struct{}
+
+func attemptOf(r *http.Request) *attempt { return r.Context().Value(attemptKey{}).(*attempt) }
+
+func (x *httpExchange) functionHeader() string { return x.r.Header.Get(HeaderFunction) }
+func (x *httpExchange) host() string           { return x.r.Host }
+func (x *httpExchange) method() string         { return x.r.Method }
+func (x *httpExchange) idempotencyKey() bool   { return x.r.Header.Get(HeaderIdempotencyKey) != "" }
+func (x *httpExchange) contentLength() int64   { return x.r.ContentLength }
+func (x *httpExchange) ctx() context.Context   { return x.r.Context() }
+func (x *httpExchange) gone() bool             { return x.r.Context().Err() != nil }
+func (x *httpExchange) bodyStarted() bool      { return x.body.started() }
+func (x *httpExchange) answer(a answer, fn string) {
+	a.write(x.w, fn)
+}
+
+func (x *httpExchange) done() {
+	if x.cancel != nil {
+		x.cancel()
+	}
+}
+
+func (x *httpExchange) send(in *route.Instance, deadline time.Time) (res result) {
+	if x.out == nil {
+		x.sctx = context.WithValue(x.r.Context(), attemptKey{}, &x.at)
+		if !deadline.IsZero() {
+			x.sctx, x.cancel = context.WithDeadline(x.sctx, deadline)
+		}
+		x.out = x.r.WithContext(x.sctx)
+		if r := x.r; r.Body != nil && r.Body != http.NoBody {
+			rc := r.Body
+			if max := x.f.p.maxBodyBytes; max > 0 && r.ContentLength < 0 {
+				// The transport returns the *http.MaxBytesError of the read
+				// that crosses the limit (a 413), and the server closes the
+				// caller's connection after the answer.
+				rc = http.MaxBytesReader(x.w, rc, max)
+			}
+			x.body = &trackedBody{rc: rc}
+			x.out.Body = x.body
+		}
+	}
+	x.at = attempt{instance: in}
+	defer func() {
+		// An exchange that breaks after the response's header (the caller
+		// went away, the instance died mid-body) aborts the copy with
+		// http.ErrAbortHandler: stop it here so that the core counts it
+		// and gives the instance back; ServeHTTP panics again after.
+		if v := recover(); v != nil {
+			if v != http.ErrAbortHandler {
+				panic(v)
+			}
+			x.abort = true
+			code := http.StatusBadGateway
+			switch {
+			case x.r.Context().Err() != nil:
+				code = StatusClientClosed
+			case x.sctx.Err() != nil:
+				code = http.StatusGatewayTimeout
+			}
+			res = result{status: x.at.status, aborted: code}
+		}
+	}()
+	x.f.rp.ServeHTTP(x.w, x.out)
+	return result{status: x.at.status, err: x.at.err}
+}
+
+func rewrite(pr *httputil.ProxyRequest) {
+	a := attemptOf(pr.Out)
+	pr.Out.URL.Scheme = "http"
+	pr.Out.URL.Host = a.instance.Address
+	pr.Out.Host = pr.In.Host // the instance sees the Host the caller used
+	pr.Out.Header.Del(HeaderFunction)
+	// Rewrite strips inbound Forwarded and X-Forwarded-*. Keep the chains
+	// from callers such as an ingress and append this hop; keep their
+	// X-Forwarded-Host/Proto, which describe the original request.
+	in := pr.In.Header
+	if xff := in["X-Forwarded-For"]; len(xff) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = xff
+	}
+	pr.SetXForwarded()
+	for _, h := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+		if v := in[h]; len(v) > 0 {
+			pr.Out.Header[h] = v
+		}
+	}
+	pr.Out.Header["Forwarded"] = append(slices.Clip(in["Forwarded"]), forwardedElement(pr.In))
+}
+
+// forwardedElement is this hop's RFC 7239 Forwarded element: the caller's
+// address, the Host it asked for, and the scheme.
+func forwardedElement(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	addr := host
+	if strings.Contains(host, ":") {
+		addr = `"[` + host + `]"` // IPv6 is quoted and bracketed
+	}
+	return "for=" + addr + `;host="` + r.Host + `";proto=http`
+}
+
+// recordError keeps a transport error for the core to handle (retry or
+// answer) instead of answering 502 at once.
+func recordError(_ http.ResponseWriter, r *http.Request, err error) { attemptOf(r).err = err }
+
+func recordStatus(res *http.Response) error {
+	attemptOf(res.Request).status = res.StatusCode
+	return nil
+}
+
+// trackedBody lets a request be sent again after an attempt that read none
+// of its body (a dial failure, a connection broken first): it records
+// whether the transport read anything, and its Close (which the transport
+// calls even when the dial fails) closes the caller's body only once
+// something was read. The server closes the caller's body after the handler
+// in every case.
+type trackedBody struct {
+	rc   io.ReadCloser
+	read atomic.Bool // set by the transport's writer goroutine
+}
+
+func (b *trackedBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.rc.Read(p)
+}
+
+func (b *trackedBody) Close() error {
+	if b.read.Load() {
+		return b.rc.Close()
+	}
+	return nil
+}
+
+// started reports whether any of the body was sent; nil means no body.
+func (b *trackedBody) started() bool { return b != nil && b.read.Load() }
+
+// bufferPool reuses the 32 KiB copy buffers of the ReverseProxy.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
