@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: proto-breaking bench bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: proto-breaking bench bench-scale bench-vip bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -121,6 +121,16 @@ bench: build
 	bash .ci/install-bench
 	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
 	$(BIN)/skipper-bench warm
+
+## bench-scale: the router's and the controller's cost beyond the request
+## path, in-process with synthetic assignments (no cluster; issue 14): heap
+## and RSS per cached function at 10,000, report size and CPU per interval
+## with 10,000 active functions, a new function's cost at 10,000; controller
+## CPU per converge interval and heap per function at 1,000 and 10,000
+bench-scale:
+	$(GO) test -run '^$$' -bench 'ScaleRouterCache' -benchtime 1x -count 3 ./noderouter/
+	$(GO) test -run '^$$' -bench 'ScaleRouter(Report|NewFunction)' -benchtime 20x -count 3 ./noderouter/
+	$(GO) test -run '^$$' -bench 'ScaleConverge' -benchtime 20x -count 3 ./controller/
 
 ## bench-soak: 10 minutes of 500 Functions created and deleted while calls run;
 ## router and controller RSS and goroutines must end within 10% of the start

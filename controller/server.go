@@ -384,18 +384,7 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 			}
 			switch m := m.GetMessage().(type) {
 			case *skipperv1.RouterMessage_Report:
-				now := time.Now()
-				rep, v := checkReport(m.Report, now)
-				rs.report(rep.Sequence, now)
-				// A router reports every function it routes to that
-				// function's owner by its own ring view: after an ownership
-				// move the new owner learns its subscribers here.
-				for _, fr := range rep.Functions {
-					if !rs.subscribed(fr.Key) && c.owns(fr.Key) {
-						v.merge(c.resubscribe(rs, fr.Key, fr.Generation))
-					}
-					c.observeReport(hello.GetRouter(), rep, fr, now)
-				}
+				rep, v := c.takeReport(rs, hello.GetRouter(), m.Report, time.Now())
 				c.metrics.countViolations(v)
 				logViolations(v)
 				c.metrics.heartbeatBatches.WithLabelValues(node).Inc()
@@ -438,6 +427,23 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 			return status.FromContextError(stream.Context().Err()).Err()
 		}
 	}
+}
+
+// takeReport checks one report from the router id on stream rs and feeds
+// it to the supervisors of the functions this replica owns. A router
+// reports every function it routes to that function's owner by its own
+// ring view: after an ownership move the new owner learns its subscribers
+// here. It returns the checked report and the violations to count.
+func (c *controller) takeReport(rs *routerStream, id *skipperv1.RouterIdentity, r *skipperv1.Report, now time.Time) (wireReport, violations) {
+	rep, v := checkReport(r, now)
+	rs.report(rep.Sequence, now)
+	for _, fr := range rep.Functions {
+		if !rs.subscribed(fr.Key) && c.owns(fr.Key) {
+			v.merge(c.resubscribe(rs, fr.Key, fr.Generation))
+		}
+		c.observeReport(id, rep, fr, now)
+	}
+	return rep, v
 }
 
 // resubscribe subscribes rs to key, for a router that holds generation gen
