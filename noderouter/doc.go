@@ -8,14 +8,28 @@
 // malformed name is a 400. The router looks the function up in its
 // route.Cache; a hit picks an instance by the power of two choices over
 // the router's local per-instance in-flight counts (route.Assignment.Acquire)
-// and forwards through one shared http.Transport (keep-alive pools sized by
-// --max-idle-conns-per-host), stripping the function header and the
+// and forwards on a kept-alive instance connection (at most
+// --max-idle-conns-per-host idle per instance), stripping the function
+// header and the
 // hop-by-hop headers, appending this hop to X-Forwarded-For and Forwarded
 // (RFC 7239) and keeping a caller's X-Forwarded-Host/Proto (set from this
 // hop otherwise). The data plane speaks HTTP/1.1 and h2c (HTTP/2 cleartext
 // with prior knowledge); instances are spoken to in HTTP/1.1. Upgrades
-// (WebSocket) pass through and hold their instance's slot while open,
-// bounded by the request timeout. A function's concurrencyLimit caps the
+// (WebSocket) pass through and hold their instance's slot while open.
+//
+// Forwarders: one core (proxy.go: parse, pick, forward, finish) serves an
+// exchange interface with two implementations. --forwarder=h1 (the
+// default; h1server.go, h1conn.go, h1forward.go, pool.go) is the router's
+// own HTTP/1.1 path on package h1: the goroutine that reads a caller's
+// request writes it to a pooled instance connection (LIFO per instance)
+// and copies the answer back itself, with no goroutine hand-off and 3
+// allocations per warm request; the caller's connection is watched for its
+// going away (a read in a goroutine) only once a request waited 50 ms for
+// its answer. A connection that opens with the HTTP/2 preface is handed to
+// net/http's server (h2c). --forwarder=nethttp (nethttp.go) serves
+// HTTP/1.1 with net/http and httputil.ReverseProxy too; it is kept as the
+// reference the tests also run against (see docs/architecture.md for why
+// the router has its own path). A function's concurrencyLimit caps the
 // requests this router sends to each instance; when every instance is at
 // it the request waits in the function's FIFO queue (route.Entry.Wait: at
 // most --max-queue requests, each at most --cold-start-timeout; a freed
@@ -32,10 +46,15 @@
 // callable within 2s; at most --negative-cache-size names), so a flood of
 // requests for an unknown name costs one GetInstance per TTL.
 //
-// Retries (retry.go: pure decisions; proxy.go: the loop): an attempt that
+// Retries (retry.go: the decisions and the loop): an attempt that
 // failed before any response is sent again, up to --max-attempts sends,
 // after a jittered exponential backoff (--retry-backoff-base doubling up to
-// --retry-backoff-max) that ends early when the request's context does. A
+// --retry-backoff-max) that ends early when the caller goes away or the
+// request's timeout passes. An h1 send on a kept-alive connection the
+// instance closed while idle (EOF or reset before any response byte, no
+// body byte sent) is sent once more on a new connection first, as
+// net/http's transport does; a connection idle over a second is checked
+// with a non-blocking peek before reuse. A
 // dial failure never reached the instance: the instance is evicted and any
 // request is resent. A connection that broke before a response byte (reset,
 // EOF) may have delivered the request: only idempotent ones (GET, HEAD,
@@ -45,7 +64,7 @@
 // was read is never resent, whatever its method. When evictions empty the
 // cached set the owner is asked again, naming the evicted pods unusable.
 //
-// Limits: --max-header-bytes (431 from net/http), --max-body-bytes (default
+// Limits: --max-header-bytes (431), --max-body-bytes (default
 // 10 MiB; 413 with the JSON body: at once for a Content-Length over it, as
 // the read crosses it for a chunked body) and --max-in-flight (default
 // 10000 requests at once across all functions; 503 router_overloaded with
@@ -55,11 +74,11 @@
 //
 // Nothing leaks: every instance a request takes (a slot below the
 // concurrencyLimit, or a oneshot instance) is given back by a defer in the
-// handler (proxy.attempt), so also when the exchange breaks after the
-// response's header and the copy aborts the handler with
-// http.ErrAbortHandler (the panic goes on to net/http, which drops the
-// caller's connection); such a request counts as 499, 502 or 504 by its
-// cause. A request leaving the queue (caller gone, queue timeout) holds no
+// core (proxy.attempt), so also when the exchange breaks after the
+// response's header (nethttp: the copy aborts the handler with
+// http.ErrAbortHandler, stopped in the exchange's send and raised again
+// after the core counted it; h1: both connections are closed); such a
+// request counts as 499, 502 or 504 by its cause. A request leaving the queue (caller gone, queue timeout) holds no
 // slot. A function the controller removed (an AssignmentUpdate marked
 // removed: the Function was deleted) or GetInstance answered NotFound for
 // loses its assignment at once, and its cache entry and metric series once
