@@ -79,6 +79,7 @@ lint:
 	$(GO) vet ./...
 	cd tests/promql && $(GO) vet ./...
 	cd tests/benchplot && $(GO) vet ./...
+	cd tests/fastproxy && $(GO) vet ./...
 
 ## unit: tests that need no cluster (controller/, noderouter/, ...); the
 ## router's tests once more with --forwarder=nethttp
@@ -87,6 +88,7 @@ unit:
 	SKIPPER_TEST_FORWARDER=nethttp $(GO) test -race -count=1 ./noderouter/
 	cd tests/promql && $(GO) test -count=1 ./...
 	cd tests/benchplot && $(GO) test -count=1 ./...
+	cd tests/fastproxy && $(GO) test -race -count=1 ./...
 
 ## fuzz: every fuzz target (func Fuzz* in a _test.go of the main module) for
 ## FUZZTIME each, starting from its committed corpus in testdata/fuzz; the
@@ -113,13 +115,15 @@ bench-vip: build
 	$(BIN)/skipper-bench vip -n 2000
 
 ## bench: warm requests direct, through the router (node IP, BPF-steered VIP,
-## kube-proxy) and through nginx and haproxy beside it: wrk closed loop,
+## kube-proxy) and through nginx, haproxy and fastproxy (a minimal fasthttp
+## proxy, tests/fastproxy) beside it: wrk closed loop,
 ## fixed-rate open loop, proxy CPU per request; rewrites its section of
 ## docs/benchmarks.md and docs/bench/ (needs a running cluster: make up in
 ## another shell; root)
 bench: build
 	bash .ci/install-bench
 	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
+	cd tests/fastproxy && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ .
 	$(BIN)/skipper-bench warm
 
 ## bench-scale: the router's and the controller's cost beyond the request

@@ -5,7 +5,7 @@
 //	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
-//	skipper-bench warm [-rounds 5] [-duration 5s] [-connections 64] [-rate 1000] [-contenders direct,router,nginx,haproxy,vip,kube-proxy] [-docs docs/benchmarks.md]
+//	skipper-bench warm [-rounds 5] [-duration 5s] [-connections 64] [-rate 1000] [-contenders direct,router,nginx,haproxy,fasthttp,vip,kube-proxy] [-docs docs/benchmarks.md]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
 // the cluster is quiet (the pool has a ready warm pod and none starting, the
@@ -34,11 +34,12 @@
 // loop (wrk) and an open loop at a fixed rate, the contenders interleaved
 // in every round, against one instance of a Function it makes: directly,
 // through node 1's router (by its IP and through the Service VIP), and
-// through nginx and haproxy run beside the router; with the proxies' CPU
-// per request. It rewrites its section of docs/benchmarks.md and writes
+// through nginx, haproxy and a minimal fasthttp proxy (fastproxy, from
+// tests/fastproxy) run beside the router; with the proxies' CPU per
+// request. It rewrites its section of docs/benchmarks.md and writes
 // docs/bench/warm.json (and plots, with skipper-benchplot from
 // tests/benchplot). `sudo bash .ci/install-bench` installs wrk, nginx and
-// haproxy.
+// haproxy; `make bench` builds fastproxy and skipper-benchplot into bin/.
 package main
 
 import (

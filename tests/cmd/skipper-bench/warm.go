@@ -33,14 +33,26 @@ import (
 	"skipper.dev/skipper/tests/nodeagent"
 )
 
-// warmNode is the node whose router is measured and where nginx and
-// haproxy run; warmFunction is the Function the bench makes for the run.
+// warmNode is the node whose router is measured and where the reverse
+// proxies run; warmFunction is the Function the bench makes for the run.
 const (
 	warmNode     = 1
 	warmFunction = "skipper-bench-warm"
-	nginxPort    = 18081
-	haproxyPort  = 18082
 )
+
+// warmProxies are the reverse proxies run beside the router, by contender
+// name, each with the port it listens on at node 1's IP.
+var warmProxies = map[string]struct {
+	kind proxyKind
+	port int
+}{
+	"nginx":    {nginxKind, 18081},
+	"haproxy":  {haproxyKind, 18082},
+	"fasthttp": {fasthttpKind, 18083},
+}
+
+// fastproxyBuild says how to build the fasthttp contender's binary.
+const fastproxyBuild = "make bench builds it; or: cd tests/fastproxy && CGO_ENABLED=0 go build -o ../../bin/ ."
 
 // warmContenders are the known contenders, in the default order.
 var warmContenders = []struct{ name, label string }{
@@ -48,6 +60,7 @@ var warmContenders = []struct{ name, label string }{
 	{"router", "router (node 1 IP:8380)"},
 	{"nginx", "nginx (node 1)"},
 	{"haproxy", "haproxy (node 1)"},
+	{"fasthttp", "fasthttp proxy (node 1)"},
 	{"vip", "router via the Service VIP, BPF-steered (caller on node 1)"},
 	{"kube-proxy", "router via the Service VIP, kube-proxy (caller on node 1)"},
 }
@@ -65,6 +78,7 @@ type warmConfig struct {
 	Out         string
 	Pool        string
 	Namespace   string
+	Fastproxy   string
 }
 
 func parseWarmFlags(args []string, stderr io.Writer) (warmConfig, error) {
@@ -81,13 +95,15 @@ func parseWarmFlags(args []string, stderr io.Writer) (warmConfig, error) {
 Measures warm requests on the local cluster (make up first), with the
 contenders interleaved in every round: a closed loop (wrk) and an open loop
 at a fixed rate against each, and the CPU the proxy's processes spend per
-request. Needs wrk, nginx and haproxy (.ci/install-bench) and root.
+request. Needs wrk, nginx and haproxy (.ci/install-bench), fastproxy
+(tests/fastproxy, built by make bench into bin/) and root.
 
 Contenders:
   direct      the function's instance, by pod IP (no proxy)
   router      node 1's router at ROUTER_URL
   nginx       nginx in node 1's network namespace, proxying to the instance
   haproxy     haproxy likewise
+  fasthttp    fastproxy likewise: a minimal reverse proxy on fasthttp (tests/fastproxy)
   vip         the skipper Service VIP from node 1's namespace and cgroup (BPF steers it to the router)
   kube-proxy  the skipper Service VIP from node 1's namespace outside its cgroup (kube-proxy)
 
@@ -106,6 +122,7 @@ Flags:
 	fs.StringVar(&c.Out, "out", "docs/bench", "directory for warm.json and the plots (skipper-benchplot); empty: none (the default when -docs is empty)")
 	fs.StringVar(&c.Pool, "pool", "echo", "pool of the Function "+warmFunction+" the bench makes (one instance)")
 	fs.StringVar(&c.Namespace, "namespace", "default", "namespace of the pool and the Function")
+	fs.StringVar(&c.Fastproxy, "fastproxy", "", "the fasthttp contender's binary (tests/fastproxy); empty: fastproxy next to this binary, else on PATH")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -171,9 +188,18 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	var fastproxy string
+	if slices.Contains(cfg.Contenders, "fasthttp") {
+		if fastproxy, err = findFastproxy(cfg.Fastproxy); err != nil {
+			return err
+		}
+	}
 	bins, err := ensureBenchBins(ctx, cfg.Contenders, stderr)
 	if err != nil {
 		return err
+	}
+	if fastproxy != "" {
+		bins["fasthttp"] = fastproxy
 	}
 	self, err := os.Executable()
 	if err != nil {
@@ -254,11 +280,8 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case "router":
 			c.url, c.function = env["ROUTER_URL"]+"/bench", fnName
 			c.cpuDir = linuxhost.Dirs(hs[:1], routerRel)[0]
-		case "nginx", "haproxy":
-			kind, port := nginxKind, nginxPort
-			if name == "haproxy" {
-				kind, port = haproxyKind, haproxyPort
-			}
+		case "nginx", "haproxy", "fasthttp":
+			kind, port := warmProxies[name].kind, warmProxies[name].port
 			dirs, err := mkcg(path.Join(path.Dir(routerRel), "skipper-bench-"+name), routerRel)
 			if err != nil {
 				return err
@@ -429,14 +452,9 @@ func writeWarmReport(ctx context.Context, rep warmReport, cfg warmConfig, stdout
 // plotWarm runs skipper-benchplot (tests/benchplot: next to this binary,
 // or on PATH) on the JSON and returns the PNGs it wrote.
 func plotWarm(ctx context.Context, js, out string, stderr io.Writer) ([]string, error) {
-	bin, err := exec.LookPath("skipper-benchplot")
-	if self, serr := os.Executable(); err != nil && serr == nil {
-		if p := filepath.Join(filepath.Dir(self), "skipper-benchplot"); isExecutable(p) {
-			bin, err = p, nil
-		}
-	}
+	bin, err := findBuilt("skipper-benchplot", selfDir(), "cd tests/benchplot && go build -o ../../bin/ ./cmd/skipper-benchplot")
 	if err != nil {
-		return nil, fmt.Errorf("skipper-benchplot not found (cd tests/benchplot && go build -o ../../bin/ ./cmd/skipper-benchplot): %w", err)
+		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "-in", js, "-out", out)
 	cmd.Stderr = stderr
@@ -445,6 +463,44 @@ func plotWarm(ctx context.Context, js, out string, stderr io.Writer) ([]string, 
 		return nil, fmt.Errorf("%s: %w", bin, err)
 	}
 	return strings.Fields(string(list)), nil
+}
+
+// findFastproxy is the fasthttp contender's binary: flagPath when given,
+// else fastproxy next to this binary or on PATH.
+func findFastproxy(flagPath string) (string, error) {
+	if flagPath == "" {
+		return findBuilt(fasthttpKind.binName(), selfDir(), fastproxyBuild)
+	}
+	if !isExecutable(flagPath) {
+		return "", fmt.Errorf("-fastproxy %s: not an executable file (%s)", flagPath, fastproxyBuild)
+	}
+	return flagPath, nil
+}
+
+// findBuilt finds name, a binary this repository builds outside the main
+// module (make bench puts it in bin/, beside skipper-bench): in dir first,
+// then on PATH. Its error says how to build it (build).
+func findBuilt(name, dir, build string) (string, error) {
+	if p := filepath.Join(dir, name); dir != "" && isExecutable(p) {
+		return p, nil
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p, nil
+	}
+	where := "on PATH"
+	if dir != "" {
+		where = "in " + dir + " or on PATH"
+	}
+	return "", fmt.Errorf("%s not found %s (%s)", name, where, build)
+}
+
+// selfDir is the directory of this executable; "" when unknown.
+func selfDir() string {
+	self, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	return filepath.Dir(self)
 }
 
 func isExecutable(p string) bool {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,7 +88,7 @@ type proxyConfig struct {
 	Dir      string // its scratch directory: config, pid file, temp files
 	Listen   string // host:port in the node's network namespace
 	Upstream string // the instance, host:port
-	Workers  int    // worker processes (nginx) or threads (haproxy)
+	Workers  int    // worker processes (nginx), threads (haproxy) or GOMAXPROCS (fastproxy)
 }
 
 // nginxConf keeps connections to the instance alive (an upstream block with
@@ -148,25 +149,42 @@ backend instance
 
 // proxyKind is one reverse proxy the router is compared with.
 type proxyKind struct {
-	name string             // its binary, and the contender's name
-	conf *template.Template // its config
-	args func(dir string) []string
+	name string             // the contender's name, and its binary's unless bin is set
+	bin  string             // its binary's name; "" = name
+	conf *template.Template // its config file; nil = none, the flags say it all
+	args func(c proxyConfig) []string
 }
 
 var (
-	nginxKind = proxyKind{"nginx", nginxConf, func(dir string) []string {
-		return []string{"-p", dir, "-c", filepath.Join(dir, "nginx.conf"), "-e", "stderr"}
+	nginxKind = proxyKind{name: "nginx", conf: nginxConf, args: func(c proxyConfig) []string {
+		return []string{"-p", c.Dir, "-c", filepath.Join(c.Dir, "nginx.conf"), "-e", "stderr"}
 	}}
-	haproxyKind = proxyKind{"haproxy", haproxyConf, func(dir string) []string {
-		return []string{"-db", "-f", filepath.Join(dir, "haproxy.conf")}
+	haproxyKind = proxyKind{name: "haproxy", conf: haproxyConf, args: func(c proxyConfig) []string {
+		return []string{"-db", "-f", filepath.Join(c.Dir, "haproxy.conf")}
+	}}
+	// fasthttpKind is tests/fastproxy: a fasthttp.Server and HostClient,
+	// keep-alive, bodies streamed, no routing; its GOMAXPROCS the workers.
+	fasthttpKind = proxyKind{name: "fasthttp", bin: "fastproxy", args: func(c proxyConfig) []string {
+		return []string{"-listen", c.Listen, "-upstream", c.Upstream, "-procs", strconv.Itoa(c.Workers)}
 	}}
 )
+
+// binName is the name of k's binary.
+func (k proxyKind) binName() string {
+	if k.bin != "" {
+		return k.bin
+	}
+	return k.name
+}
 
 // confFile is the config's file name in the proxy's directory.
 func (k proxyKind) confFile() string { return k.name + ".conf" }
 
-// renderProxyConf is k's config for c.
+// renderProxyConf is k's config for c; "" for a kind without one.
 func renderProxyConf(k proxyKind, c proxyConfig) (string, error) {
+	if k.conf == nil {
+		return "", nil
+	}
 	var b strings.Builder
 	if err := k.conf.Execute(&b, c); err != nil {
 		return "", err
@@ -181,19 +199,21 @@ type proxyProc struct {
 	done chan error
 }
 
-// startProxy writes k's config into c.Dir and starts bin (k's binary) at p.
-// Its output goes to stderr.
+// startProxy writes k's config (if it has one) into c.Dir and starts bin
+// (k's binary) at p. Its output goes to stderr.
 func startProxy(k proxyKind, bin string, c proxyConfig, p placement, stderr io.Writer) (*proxyProc, error) {
-	conf, err := renderProxyConf(k, c)
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(c.Dir, k.confFile()), []byte(conf), 0o644); err != nil {
-		return nil, err
+	if k.conf != nil {
+		conf, err := renderProxyConf(k, c)
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(c.Dir, k.confFile()), []byte(conf), 0o644); err != nil {
+			return nil, err
+		}
 	}
 	// Not tied to a context: stop ends it with SIGTERM (a killed master
 	// would leave nginx's workers behind; the cgroup removal catches those).
-	cmd := p.command(context.Background(), bin, k.args(c.Dir)...)
+	cmd := p.command(context.Background(), bin, k.args(c)...)
 	cmd.Stdout, cmd.Stderr = stderr, stderr
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", k.name, err)
@@ -228,7 +248,7 @@ func (pp *proxyProc) waitReady(ctx context.Context, url string, timeout time.Dur
 }
 
 // stop asks the proxy to stop (SIGTERM: nginx's fast shutdown, haproxy's
-// hard stop) and waits up to timeout, then kills it.
+// hard stop, fastproxy's graceful one) and waits up to timeout, then kills it.
 func (pp *proxyProc) stop(timeout time.Duration) {
 	_ = pp.cmd.Process.Signal(syscall.SIGTERM)
 	select {

@@ -29,7 +29,7 @@ type warmReport struct {
 	Threads     int                `json:"threads"`
 	Connections int                `json:"connections"`
 	Rate        int                `json:"rate"`
-	Workers     int                `json:"workers"`           // the router's GOMAXPROCS: nginx workers, haproxy threads
+	Workers     int                `json:"workers"`           // the router's GOMAXPROCS: nginx workers, haproxy threads, fastproxy's GOMAXPROCS
 	Function    string             `json:"function"`          // the function the router calls
 	Instance    string             `json:"instance"`          // its one instance: pod IP:port on node N
 	Stopped     string             `json:"stopped,omitempty"` // why a run ended before its last round
@@ -104,13 +104,13 @@ func (r warmReport) markdown(images []string) string {
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p("%s\n", warmStart)
-	p("## Warm requests: the router against nginx and haproxy (`skipper-bench warm`)\n\n")
+	p("## Warm requests: the router against nginx, haproxy and a fasthttp proxy (`skipper-bench warm`)\n\n")
 	p("Written by `skipper-bench warm` (`make bench`); rerun it rather than edit this section.\n\n")
 	p("- Date: %s. Machine: %s.\n", r.Date, r.Machine)
 	p("- Commit: %s. Command: `%s`.\n", r.Commit, r.Command)
 	p("- Function `%s` (made by the bench: one instance, %s), called through each contender; "+
-		"nginx and haproxy run in node 1's network namespace, in a cgroup beside the router pod's with its CPU weight, "+
-		"with %d worker processes / threads (the router's GOMAXPROCS), keeping connections to the instance alive.\n",
+		"nginx, haproxy and the fasthttp proxy (tests/fastproxy) run in node 1's network namespace, in a cgroup beside the router pod's with its CPU weight, "+
+		"with %d worker processes / threads / GOMAXPROCS (the router's GOMAXPROCS), keeping connections to the instance alive.\n",
 		r.Function, r.Instance, r.Workers)
 	p("- %d rounds, the contenders interleaved in each (A B C D, A B C D, …); each figure is the median over the rounds, "+
 		"the range in parentheses. Proxy CPU is the user+system time of the proxy's processes (/proc/<pid>/stat) "+

@@ -337,7 +337,8 @@ func TestWarmFlags(t *testing.T) {
 		want    []string // contenders
 		wantErr string
 	}{
-		{"defaults", nil, []string{"direct", "router", "nginx", "haproxy", "vip", "kube-proxy"}, ""},
+		{"defaults", nil, []string{"direct", "router", "nginx", "haproxy", "fasthttp", "vip", "kube-proxy"}, ""},
+		{"fasthttp alone", []string{"-contenders", "fasthttp"}, []string{"fasthttp"}, ""},
 		{"a chosen order", []string{"-contenders", "haproxy, router"}, []string{"haproxy", "router"}, ""},
 		{"unknown contender", []string{"-contenders", "router,envoy"}, nil, `unknown "envoy"`},
 		{"twice", []string{"-contenders", "router,router"}, nil, `"router" twice`},
@@ -386,7 +387,7 @@ func TestWarmFlags(t *testing.T) {
 	if _, err := parseWarmFlags([]string{"--help"}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("--help: err = %v, want flag.ErrHelp", err)
 	}
-	for _, f := range []string{"-rounds", "-duration", "-connections", "-rate", "-contenders", "-env", "-docs", "kube-proxy"} {
+	for _, f := range []string{"-rounds", "-duration", "-connections", "-rate", "-contenders", "-env", "-docs", "-fastproxy", "fasthttp", "tests/fastproxy", "kube-proxy"} {
 		if !strings.Contains(stderr.String(), f) {
 			t.Errorf("--help does not mention %s:\n%s", f, stderr.String())
 		}
@@ -396,24 +397,105 @@ func TestWarmFlags(t *testing.T) {
 func TestProxyConfigs(t *testing.T) {
 	c := proxyConfig{Dir: "/tmp/x", Listen: "198.51.100.11:18081", Upstream: "198.18.1.9:8080", Workers: 2}
 	for _, tc := range []struct {
-		kind proxyKind
-		want []string
+		kind     proxyKind
+		bin      string
+		wantConf []string // in the config file; nil: the kind has none
+		wantArgs []string
 	}{
-		{nginxKind, []string{"worker_processes 2;", "listen 198.51.100.11:18081", "server 198.18.1.9:8080;", "keepalive 256;",
-			"proxy_http_version 1.1;", `proxy_set_header Connection "";`, "pid /tmp/x/nginx.pid;"}},
-		{haproxyKind, []string{"nbthread 2", "bind 198.51.100.11:18081", "server instance 198.18.1.9:8080", "http-reuse always"}},
+		{nginxKind, "nginx", []string{"worker_processes 2;", "listen 198.51.100.11:18081", "server 198.18.1.9:8080;", "keepalive 256;",
+			"proxy_http_version 1.1;", `proxy_set_header Connection "";`, "pid /tmp/x/nginx.pid;"},
+			[]string{"-p", "/tmp/x", "-c", "/tmp/x/nginx.conf", "-e", "stderr"}},
+		{haproxyKind, "haproxy", []string{"nbthread 2", "bind 198.51.100.11:18081", "server instance 198.18.1.9:8080", "http-reuse always"},
+			[]string{"-db", "-f", "/tmp/x/haproxy.conf"}},
+		{fasthttpKind, "fastproxy", nil,
+			[]string{"-listen", "198.51.100.11:18081", "-upstream", "198.18.1.9:8080", "-procs", "2"}},
 	} {
 		t.Run(tc.kind.name, func(t *testing.T) {
+			if got := tc.kind.binName(); got != tc.bin {
+				t.Errorf("binary %q, want %q", got, tc.bin)
+			}
+			if diff := cmp.Diff(tc.wantArgs, tc.kind.args(c)); diff != "" {
+				t.Errorf("args (-want +got):\n%s", diff)
+			}
 			got, err := renderProxyConf(tc.kind, c)
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, s := range tc.want {
+			if tc.wantConf == nil && got != "" {
+				t.Errorf("a kind without a config file rendered one:\n%s", got)
+			}
+			for _, s := range tc.wantConf {
 				if !strings.Contains(got, s) {
 					t.Errorf("config lacks %q:\n%s", s, got)
 				}
 			}
 		})
+	}
+}
+
+// TestWarmProxies: every proxy contender has a kind of its name and a port
+// of its own.
+func TestWarmProxies(t *testing.T) {
+	ports := map[int]string{}
+	for _, k := range warmContenders {
+		p, ok := warmProxies[k.name]
+		if !ok {
+			continue
+		}
+		if p.kind.name != k.name {
+			t.Errorf("contender %s runs kind %s", k.name, p.kind.name)
+		}
+		if other, dup := ports[p.port]; dup {
+			t.Errorf("%s and %s both listen on %d", other, k.name, p.port)
+		}
+		ports[p.port] = k.name
+	}
+	if len(ports) != len(warmProxies) {
+		t.Errorf("%d proxies, %d of them contenders", len(warmProxies), len(ports))
+	}
+}
+
+func TestFindBuilt(t *testing.T) {
+	write := func(dir, name string, mode os.FileMode) string {
+		t.Helper()
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	beside, onPath, empty := t.TempDir(), t.TempDir(), t.TempDir()
+	besideBin := write(beside, "fastproxy", 0o755)
+	pathBin := write(onPath, "fastproxy", 0o755)
+	write(empty, "fastproxy", 0o644) // not executable: passed over
+	t.Setenv("PATH", onPath)
+	for _, tc := range []struct {
+		name, dir, want, wantErr string
+	}{
+		{"beside this binary first", beside, besideBin, ""},
+		{"then on PATH", empty, pathBin, ""},
+		{"dir unknown: PATH", "", pathBin, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := findBuilt("fastproxy", tc.dir, fastproxyBuild)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("found %s, want %s", got, tc.want)
+			}
+		})
+	}
+	t.Setenv("PATH", empty)
+	_, err := findBuilt("fastproxy", empty, fastproxyBuild)
+	if err == nil || !strings.Contains(err.Error(), "cd tests/fastproxy && CGO_ENABLED=0 go build") {
+		t.Errorf("missing binary: err = %v, want one that says how to build it", err)
+	}
+	if _, err := findFastproxy(filepath.Join(empty, "fastproxy")); err == nil || !strings.Contains(err.Error(), "make bench") {
+		t.Errorf("-fastproxy naming a non-executable: err = %v, want one that says how to build it", err)
+	}
+	if got, err := findFastproxy(besideBin); err != nil || got != besideBin {
+		t.Errorf("-fastproxy %s: got %s, %v", besideBin, got, err)
 	}
 }
 
@@ -470,19 +552,27 @@ func TestPlacementEntersCgroups(t *testing.T) {
 	}
 }
 
-// TestProxiesServe starts nginx and haproxy with the bench's configs on
-// loopback in front of a local upstream (skipped where they are not
-// installed: .ci/install-bench).
+// TestProxiesServe starts nginx, haproxy and fastproxy with the bench's
+// configs on loopback in front of a local upstream (skipped where they are
+// not installed: .ci/install-bench; fastproxy: not in the repository's bin/
+// nor on PATH).
 func TestProxiesServe(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok"))
 	}))
 	t.Cleanup(upstream.Close)
-	for _, kind := range []proxyKind{nginxKind, haproxyKind} {
+	look := map[string]func() (string, error){
+		"nginx":   func() (string, error) { return lookBin("nginx") },
+		"haproxy": func() (string, error) { return lookBin("haproxy") },
+		"fasthttp": func() (string, error) {
+			return findBuilt("fastproxy", filepath.Join("..", "..", "..", "bin"), fastproxyBuild)
+		},
+	}
+	for _, kind := range []proxyKind{nginxKind, haproxyKind, fasthttpKind} {
 		t.Run(kind.name, func(t *testing.T) {
-			bin, err := lookBin(kind.name)
+			bin, err := look[kind.name]()
 			if err != nil {
-				t.Skipf("%v: sudo bash .ci/install-bench", err)
+				t.Skipf("%v (nginx, haproxy: sudo bash .ci/install-bench)", err)
 			}
 			l, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
