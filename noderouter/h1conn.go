@@ -49,6 +49,9 @@ type h1conn struct {
 	// rewritten: the head's fields were marked and add filled (a second
 	// send of the request writes the same head).
 	rewritten bool
+	// flushLater: the answer is written but not flushed (serve flushes it
+	// once the core is done).
+	flushLater bool
 
 	// The watch of the caller while a request waits (startWatch).
 	watch    *time.Timer            // starts watchCaller after watchAfter
@@ -131,6 +134,13 @@ func (c *h1conn) serve() {
 		c.startRequest()
 		c.p.serve(c)
 		c.endRequest()
+		if c.flushLater {
+			// After the core gave the instance back (see relay).
+			c.flushLater = false
+			if err := c.bw.Flush(); err != nil {
+				c.closeAfter = true
+			}
+		}
 		if c.closeAfter || c.s.shutdown.Load() {
 			if !c.bodyDone {
 				c.lingerClose()
@@ -295,7 +305,7 @@ func (c *h1conn) watchCaller() {
 			c.cancel()
 		}
 		if up := c.up.Load(); up != nil {
-			_ = up.Close()
+			up.abort()
 		}
 	}
 	c.watchEnd <- struct{}{}

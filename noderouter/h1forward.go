@@ -120,6 +120,7 @@ func (c *h1conn) exchange(up *upConn) error {
 			return err
 		}
 	}
+	up.d.deferNext() // the flush's write goes with the wait for the answer
 	if err := up.bw.Flush(); err != nil {
 		return err
 	}
@@ -294,12 +295,18 @@ func (c *h1conn) relay(up *upConn) result {
 	c.resAdd = add[:0]
 	_ = h1.WriteResponse(c.bw, r, add)
 	var err error
-	if f.Kind == h1.BodyNone {
-		err = c.bw.Flush()
-		if err != nil {
-			err = &h1.WriteError{Err: err}
-		}
-	} else {
+	switch {
+	case f.Kind == h1.BodyNone:
+		c.flushLater = true
+	case f.Kind == h1.BodyLength && f.Length <= int64(up.br.Buffered()):
+		// The whole body came with the head (a warm answer): it goes out
+		// with the head in one write, after the instance's slot is given
+		// back, so that a caller's next request never finds it taken.
+		b, _ := up.br.Peek(int(f.Length))
+		_, _ = c.bw.Write(b)
+		_, _ = up.br.Discard(len(b))
+		c.flushLater = true
+	default:
 		// A stream that stalls is broken off when its caller leaves.
 		c.startWatch(watchAfter)
 		c.rbody.Reset(up.br, f)

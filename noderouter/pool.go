@@ -3,7 +3,6 @@ package noderouter
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"net"
 	"sync"
 	"time"
@@ -27,6 +26,7 @@ type upstreamPool struct {
 // upConn is one connection to an instance with its buffers.
 type upConn struct {
 	net.Conn
+	d     *deferConn // Conn, when it is TCP: a request's last write goes with the wait for its answer
 	addr  string
 	br    *bufio.Reader
 	bw    *bufio.Writer
@@ -72,7 +72,8 @@ func (p *upstreamPool) dial(ctx context.Context, addr string) (*upConn, error) {
 	if err != nil {
 		return nil, err // a *net.OpError with Op "dial": classify and isDialError rely on it
 	}
-	return &upConn{Conn: nc, addr: addr, br: bufio.NewReaderSize(nc, upstreamBufSize), bw: bufio.NewWriterSize(nc, upstreamBufSize)}, nil
+	nc, d := newDeferConn(nc)
+	return &upConn{Conn: nc, d: d, addr: addr, br: bufio.NewReaderSize(nc, upstreamBufSize), bw: bufio.NewWriterSize(nc, upstreamBufSize)}, nil
 }
 
 // put returns c after a complete exchange that left it reusable; the pool
@@ -141,4 +142,12 @@ func (p *upstreamPool) close() {
 	}
 }
 
-func (c *upConn) String() string { return fmt.Sprintf("upstream %s (reused %t)", c.addr, c.reused) }
+// abort closes c from another goroutine than the one using it (the watch
+// of a caller gone): nothing pending is written.
+func (c *upConn) abort() {
+	if c.d != nil {
+		_ = c.d.TCPConn.Close()
+		return
+	}
+	_ = c.Conn.Close()
+}
