@@ -213,6 +213,11 @@ func TestColdThenWarm(t *testing.T) {
 		t.Errorf("GetInstance request (-want +got):\n%s", diff)
 	}
 	m := h.rt.m
+	// A request is counted as its answer goes out, not before the caller
+	// has it.
+	poll(t, "the fourth request counted", func() bool {
+		return histCount(m.functionSeconds.WithLabelValues("default/echo")) == 4
+	})
 	for name, c := range map[string]struct{ got, want float64 }{
 		"get_instance ok":   {counter(m.getInstance.WithLabelValues(resultOK)), 1},
 		"cache hit":         {counter(m.cacheHit), 3},
