@@ -139,6 +139,12 @@ func TestNotFoundForgetsFunction(t *testing.T) {
 		e, _ := h.rt.cache.Lookup(ref)
 		return e == nil
 	})
+	// The entry leaves once the report holding its counters is sent; the
+	// fake records what it receives on its own goroutine, so wait for it.
+	poll(t, "a report holding the function's final count", func() bool {
+		last, _ := lastReported(fake.reported("default/gone"))
+		return last >= 0
+	})
 	if last, _ := lastReported(fake.reported("default/gone")); last != 5 {
 		t.Errorf("requests_total in the last report that held the function = %d, want 5", last)
 	}
