@@ -26,6 +26,9 @@ type h1conn struct {
 	s  *h1Server
 	p  *proxy
 	nc net.Conn
+	// rw is nc as br and bw read and write it: raw socket calls (sock)
+	// when nc is TCP.
+	rw net.Conn
 	br *bufio.Reader
 	bw *bufio.Writer
 	// forIP is the caller's address as X-Forwarded-For and Forwarded
@@ -65,6 +68,7 @@ type h1conn struct {
 
 func newH1conn(s *h1Server, nc net.Conn) *h1conn {
 	c := &h1conn{s: s, p: s.p, nc: nc, watchEnd: make(chan struct{}, 1)}
+	c.rw, _ = newSock(nc)
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		host = nc.RemoteAddr().String()
@@ -90,9 +94,9 @@ var (
 func (c *h1conn) serve() {
 	defer c.s.done(c)
 	c.br = readers.Get().(*bufio.Reader)
-	c.br.Reset(c.nc)
+	c.br.Reset(c.rw)
 	c.bw = writers.Get().(*bufio.Writer)
-	c.bw.Reset(c.nc)
+	c.bw.Reset(c.rw)
 	handedOff := false
 	defer func() {
 		c.watch.Stop()

@@ -26,7 +26,7 @@ type upstreamPool struct {
 // upConn is one connection to an instance with its buffers.
 type upConn struct {
 	net.Conn
-	d     *deferConn // Conn, when it is TCP: a request's last write goes with the wait for its answer
+	d     *sock // Conn, when it is TCP (raw socket calls; a request's last write goes with the wait for its answer)
 	addr  string
 	br    *bufio.Reader
 	bw    *bufio.Writer
@@ -72,7 +72,7 @@ func (p *upstreamPool) dial(ctx context.Context, addr string) (*upConn, error) {
 	if err != nil {
 		return nil, err // a *net.OpError with Op "dial": classify and isDialError rely on it
 	}
-	nc, d := newDeferConn(nc)
+	nc, d := newSock(nc)
 	return &upConn{Conn: nc, d: d, addr: addr, br: bufio.NewReaderSize(nc, upstreamBufSize), bw: bufio.NewWriterSize(nc, upstreamBufSize)}, nil
 }
 
@@ -146,7 +146,7 @@ func (p *upstreamPool) close() {
 // of a caller gone): nothing pending is written.
 func (c *upConn) abort() {
 	if c.d != nil {
-		_ = c.d.TCPConn.Close()
+		_ = c.d.abort()
 		return
 	}
 	_ = c.Conn.Close()

@@ -6,42 +6,65 @@ import (
 	"net"
 	"os"
 	"syscall"
+	"time"
+	"unsafe"
 )
 
-// deferConn is an instance connection whose last write before a read (a
-// request) is put off into that read: the read resets the connection's
-// readiness, writes, and then waits for the answer before it reads. A
-// plain write and read costs a read syscall more: Go tries the read at
-// once, gets EAGAIN (the instance has not answered yet) and only then
-// waits. Issue 14: on the router's 2-core VMs each syscall takes a
-// hypervisor path, and this read was one of six syscalls per warm request.
+// sock is a TCP connection of the h1 forwarder (a caller's or an
+// instance's) whose reads and writes are raw system calls on its
+// non-blocking socket, made from the net poller's RawConn callbacks.
 //
-// Waiting before the first read is safe only because the write comes
-// after the reset and the peer sends nothing unasked: whatever it sends
-// (the answer, or a reset of a connection it had closed while idle) comes
-// after the request, and wakes the wait. Written before the reset, an
-// answer arriving in between would be forgotten and the wait would last
-// for good; a peer that may have sent bytes before (a caller pipelining
-// requests) must be read at once, so callers' connections are plain. The
-// forwarder arms it (deferNext) just before the flush that ends a request;
-// Close writes what is pending first.
-type deferConn struct {
-	*net.TCPConn
+// Issue 14: Go's own socket I/O enters every read and write through
+// entersyscall. On the router's 2-core VMs a socket call takes a
+// hypervisor path long enough that the runtime's sysmon thread, which
+// wakes every 20 µs while it finds a P sitting in a system call, keeps
+// finding one: it hands the P to another thread (a futex wake-up), and
+// never backs off to its 10 ms sleep. perf put a fifth of the router's CPU
+// in sysmon's nanosleep loop under load. A call on a non-blocking socket
+// never blocks, so it needs none of that: made raw, the P stays with its
+// goroutine, sysmon finds nothing to retake and sleeps, and a socket that
+// is not ready parks the goroutine on the net poller as Go's own read
+// does (deadlines included, the RawConn honours them).
+//
+// A sock can also put a write off into the next read (deferNext): the
+// read resets the connection's readiness, writes, and then waits for the
+// answer before it reads. A plain write and read costs a read syscall
+// more: the read is tried at once, gets EAGAIN (the instance has not
+// answered yet) and only then waits. Waiting before the first read is safe
+// only because the write comes after the reset and the peer sends nothing
+// unasked: whatever it sends (the answer, or a reset of a connection it
+// had closed while idle) comes after the request, and wakes the wait.
+// Written before the reset, an answer arriving in between would be
+// forgotten and the wait would last for good; a peer that may have sent
+// bytes before (a caller pipelining requests) must be read at once, so
+// only instance connections are armed. The forwarder arms it just before
+// the flush that ends a request; Close writes what is pending first.
+//
+// It holds its *net.TCPConn rather than embedding it, so that none of the
+// TCPConn's own I/O (ReadFrom, WriteTo, which io.Copy and bufio prefer)
+// can bypass a pending write or the raw calls.
+type sock struct {
+	tc      *net.TCPConn
 	rc      syscall.RawConn
 	armed   bool   // the next Write is put off
 	pending []byte // put off, written at the next Read
-	step    func(fd uintptr) bool
 
-	// Read's state for step.
-	buf            []byte
+	// Method values made once (a closure per call would allocate).
+	rstep, dstep, wstep func(fd uintptr) bool
+
+	// Read's and Write's state for their steps.
+	rbuf           []byte
 	first, blocked bool
-	n              int
-	rerr, werr     error
+	rn             int
+	rerr, derr     error // the read's, the deferred write's
+	wbuf           []byte
+	wn             int
+	werr           error
 }
 
-// newDeferConn wraps nc when it is a TCP connection; otherwise it returns
-// nc and nil.
-func newDeferConn(nc net.Conn) (net.Conn, *deferConn) {
+// newSock wraps nc when it is a TCP connection; otherwise it returns nc
+// and nil.
+func newSock(nc net.Conn) (net.Conn, *sock) {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		return nc, nil
@@ -50,110 +73,191 @@ func newDeferConn(nc net.Conn) (net.Conn, *deferConn) {
 	if err != nil {
 		return nc, nil
 	}
-	d := &deferConn{TCPConn: tc, rc: rc}
-	d.step = d.readStep
-	return d, d
+	s := &sock{tc: tc, rc: rc}
+	s.rstep, s.dstep, s.wstep = s.readStep, s.deferredStep, s.writeStep
+	return s, s
 }
 
 // deferNext puts the next Write off to the next Read. Nil-safe.
-func (c *deferConn) deferNext() {
-	if c != nil {
-		c.armed = true
+func (s *sock) deferNext() {
+	if s != nil {
+		s.armed = true
 	}
 }
 
-func (c *deferConn) Write(p []byte) (int, error) {
-	if c.armed && len(c.pending) == 0 {
-		c.armed = false
-		c.pending = append(c.pending[:0], p...)
+func (s *sock) Write(p []byte) (int, error) {
+	if s.armed && len(s.pending) == 0 {
+		s.armed = false
+		s.pending = append(s.pending[:0], p...)
 		return len(p), nil
 	}
-	c.armed = false
-	if err := c.flushPending(); err != nil {
+	s.armed = false
+	if err := s.flushPending(); err != nil {
 		return 0, err
 	}
-	return c.TCPConn.Write(p)
+	return s.write(p)
+}
+
+// write writes all of p, waiting on the poller while the send buffer is
+// full.
+func (s *sock) write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	s.wbuf, s.wn, s.werr = p, 0, nil
+	err := s.rc.Write(s.wstep)
+	n, werr := s.wn, s.werr
+	s.wbuf = nil
+	switch {
+	case err != nil:
+		return n, s.opError("write", err)
+	case werr != nil:
+		return n, s.opError("write", os.NewSyscallError("write", werr))
+	}
+	return n, nil
+}
+
+func (s *sock) writeStep(fd uintptr) bool {
+	for len(s.wbuf) > 0 {
+		m, e := rawWrite(fd, s.wbuf)
+		switch {
+		case m > 0:
+			s.wn += m
+			s.wbuf = s.wbuf[m:]
+		case e == syscall.EINTR:
+		case e == syscall.EAGAIN:
+			return false // wait until writable
+		default:
+			s.werr = e
+			return true
+		}
+	}
+	return true
 }
 
 // flushPending writes what a deferred Write left, blocking.
-func (c *deferConn) flushPending() error {
-	if len(c.pending) == 0 {
+func (s *sock) flushPending() error {
+	if len(s.pending) == 0 {
 		return nil
 	}
-	_, err := c.TCPConn.Write(c.pending)
-	c.pending = c.pending[:0]
+	_, err := s.write(s.pending)
+	s.pending = s.pending[:0]
 	return err
 }
 
-func (c *deferConn) Read(p []byte) (int, error) {
-	if len(c.pending) == 0 {
-		return c.TCPConn.Read(p)
+func (s *sock) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
 	}
-	c.buf, c.first, c.blocked, c.n, c.rerr, c.werr = p, true, false, 0, nil, nil
-	err := c.rc.Read(c.step)
-	n, rerr, werr := c.n, c.rerr, c.werr
-	c.buf = nil
+	step := s.rstep
+	if len(s.pending) > 0 {
+		step = s.dstep
+	}
+	s.rbuf, s.first, s.blocked, s.rn, s.rerr, s.derr = p, true, false, 0, nil, nil
+	err := s.rc.Read(step)
+	n, rerr, derr := s.rn, s.rerr, s.derr
+	s.rbuf = nil
 	switch {
-	case werr != nil:
-		return 0, &net.OpError{Op: "write", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
-	case c.blocked:
-		if err := c.flushPending(); err != nil {
+	case derr != nil:
+		return 0, s.opError("write", os.NewSyscallError("write", derr))
+	case s.blocked:
+		if err := s.flushPending(); err != nil {
 			return 0, err
 		}
-		return c.TCPConn.Read(p)
+		return s.Read(p)
 	case err != nil:
-		return 0, err // the read deadline, a closed connection
+		return 0, s.opError("read", err) // the read deadline, a closed connection
 	case rerr != nil:
-		return 0, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
-	case n == 0 && len(p) > 0:
+		return 0, s.opError("read", os.NewSyscallError("read", rerr))
+	case n == 0:
 		return 0, io.EOF
 	}
 	return n, nil
 }
 
-// readStep is Read's function for RawConn.Read (a method value made once:
-// a closure per Read would allocate): first the write, then, once the
-// connection is readable, the read.
-func (c *deferConn) readStep(fd uintptr) bool {
-	if !c.first {
-		c.n, c.rerr = ignoringEINTRRead(int(fd), c.buf)
-		return c.rerr != syscall.EAGAIN
+// readStep is a plain read: at once, and again each time the poller says
+// the socket is readable.
+func (s *sock) readStep(fd uintptr) bool {
+	s.rn, s.rerr = rawRead(fd, s.rbuf)
+	return s.rerr != syscall.EAGAIN
+}
+
+// deferredStep is a read after a deferred write: first the write, then,
+// once the connection is readable, the read.
+func (s *sock) deferredStep(fd uintptr) bool {
+	if !s.first {
+		return s.readStep(fd)
 	}
-	c.first = false
-	for len(c.pending) > 0 {
-		m, e := syscall.Write(int(fd), c.pending)
+	s.first = false
+	for len(s.pending) > 0 {
+		m, e := rawWrite(fd, s.pending)
 		switch {
-		case m > 0 && m == len(c.pending):
-			c.pending = c.pending[:0] // keeps the buffer for the next request
+		case m > 0 && m == len(s.pending):
+			s.pending = s.pending[:0] // keeps the buffer for the next request
 		case m > 0:
-			c.pending = c.pending[m:]
+			s.pending = s.pending[m:]
 		case e == syscall.EINTR:
 		case e == syscall.EAGAIN:
-			c.blocked = true // the send buffer is full: finish outside
+			s.blocked = true // the send buffer is full: finish outside
 			return true
 		default:
-			c.werr = e
-			c.pending = c.pending[:0]
+			s.derr = e
+			s.pending = s.pending[:0]
 			return true
 		}
 	}
 	return false // wait for the answer (see the type's doc)
 }
 
-func ignoringEINTRRead(fd int, p []byte) (int, error) {
+// opError gives err the shape Go's own socket errors have (the RawConn's
+// say "raw-read" and "raw-write"): a *net.OpError whose Err is the cause,
+// so errors.Is(err, os.ErrDeadlineExceeded), net.ErrClosed and syscall
+// errnos match as they do on a net.TCPConn.
+func (s *sock) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		err = oe.Err
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
+}
+
+// rawRead and rawWrite are read(2) and write(2) without entersyscall (see
+// sock): the socket is non-blocking, they return at once. EINTR is retried
+// here.
+func rawRead(fd uintptr, p []byte) (int, error) {
 	for {
-		n, err := syscall.Read(fd, p)
-		if err != syscall.EINTR {
-			if n < 0 {
-				n = 0
-			}
-			return n, err
+		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+		if e == syscall.EINTR {
+			continue
 		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
 	}
 }
 
-// Close writes what is pending, then closes.
-func (c *deferConn) Close() error {
-	werr := c.flushPending()
-	return errors.Join(c.TCPConn.Close(), werr)
+func rawWrite(fd uintptr, p []byte) (int, error) {
+	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
+
+// Close writes what is pending, then closes.
+func (s *sock) Close() error {
+	werr := s.flushPending()
+	return errors.Join(s.tc.Close(), werr)
+}
+
+// abort closes the connection from another goroutine than the one using
+// it: nothing pending is written.
+func (s *sock) abort() error { return s.tc.Close() }
+
+func (s *sock) CloseWrite() error                  { return s.tc.CloseWrite() }
+func (s *sock) LocalAddr() net.Addr                { return s.tc.LocalAddr() }
+func (s *sock) RemoteAddr() net.Addr               { return s.tc.RemoteAddr() }
+func (s *sock) SetDeadline(t time.Time) error      { return s.tc.SetDeadline(t) }
+func (s *sock) SetReadDeadline(t time.Time) error  { return s.tc.SetReadDeadline(t) }
+func (s *sock) SetWriteDeadline(t time.Time) error { return s.tc.SetWriteDeadline(t) }
