@@ -96,7 +96,22 @@ func fuzzServer(tb testing.TB) skipperv1.ControllerClient {
 		cancel()
 		wg.Wait()
 	})
-	return skipperv1.NewControllerClient(conn)
+	client := skipperv1.NewControllerClient(conn)
+	// Serve only once the caches have synced: until then every call is
+	// Unavailable (ErrNotSynced), which a target's check after its input
+	// would take for the server's failure (a CI rehearsal met it).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := client.GetInstance(ctx, &skipperv1.GetInstanceRequest{Function: ref("default", "missing")})
+		if status.Code(err) != codes.Unavailable {
+			break
+		}
+		if time.Now().After(deadline) {
+			tb.Fatalf("the server did not sync within 10s: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return client
 }
 
 // FuzzServer sends arbitrary bytes, decoded as GetInstanceRequest or
