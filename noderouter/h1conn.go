@@ -36,6 +36,9 @@ type h1conn struct {
 	forIP, forwardedFor string
 
 	idle atomic.Bool // waiting for a request (Shutdown closes it then)
+	// waitDeadline: the read deadline of the wait for a request head is
+	// still on (see setWaitDeadline).
+	waitDeadline atomic.Bool
 
 	// The request being served.
 	req     h1.Request
@@ -60,6 +63,8 @@ type h1conn struct {
 	watch    *time.Timer            // starts watchCaller after watchAfter
 	watching atomic.Bool            // a watch is armed or runs
 	watchEnd chan struct{}          // one value when a watch's read returned
+	watchMu  sync.Mutex             // orders a watch's deadline clear and stopWatch's
+	stopping bool                   // stopWatch set its deadline (under watchMu)
 	left     atomic.Bool            // the caller went away
 	up       atomic.Pointer[upConn] // the send's connection, closed when the caller left
 	rctx     context.Context        // ctx's, made on demand
@@ -113,19 +118,26 @@ func (c *h1conn) serve() {
 		if c.s.shutdown.Load() {
 			return
 		}
-		_ = c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
-		if _, err := c.br.Peek(1); err != nil {
-			return // closed, idle too long, or woken by Shutdown
+		if c.br.Buffered() == 0 {
+			c.setWaitDeadline(idleTimeout)
+			if _, err := c.br.Peek(1); err != nil {
+				return // closed, idle too long, or woken by Shutdown
+			}
 		}
 		c.idle.Store(false)
-		_ = c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
+		if first || !h1.HeadBuffered(c.br) {
+			// A head not all read yet gets headerTimeout from its first
+			// byte; one already buffered (a warm caller's, as a rule) is
+			// parsed without a read.
+			c.setWaitDeadline(headerTimeout)
+		}
 		if first {
 			h2, err := isH2(c.br)
 			if err != nil {
 				return
 			}
 			if h2 {
-				_ = c.nc.SetReadDeadline(time.Time{})
+				c.clearWaitDeadline()
 				handedOff = c.s.handoff.hand(&peekedConn{Conn: c.nc, r: c.br})
 				return
 			}
@@ -134,7 +146,6 @@ func (c *h1conn) serve() {
 			c.refuse(err)
 			return
 		}
-		_ = c.nc.SetReadDeadline(time.Time{})
 		c.startRequest()
 		c.p.serve(c)
 		c.endRequest()
@@ -151,6 +162,24 @@ func (c *h1conn) serve() {
 			}
 			return
 		}
+	}
+}
+
+// setWaitDeadline bounds the wait for a request head by d from now. The
+// deadline is left in place once the head is read (each set or clear is a
+// timer change of the runtime's, on every request): clearWaitDeadline
+// takes it off before anything of the request reads the caller's
+// connection (a body, the watch, a tunnel), and a warm GET reads nothing.
+func (c *h1conn) setWaitDeadline(d time.Duration) {
+	_ = c.nc.SetReadDeadline(time.Now().Add(d))
+	c.waitDeadline.Store(true)
+}
+
+// clearWaitDeadline takes off the deadline of the wait for the head, if
+// it is still on.
+func (c *h1conn) clearWaitDeadline() {
+	if c.waitDeadline.Swap(false) {
+		_ = c.nc.SetReadDeadline(time.Time{})
 	}
 }
 
@@ -302,6 +331,16 @@ func (c *h1conn) startWatch(d time.Duration) {
 // broken off by closing its upstream connection); bytes (a pipelined
 // request) stay buffered and end the watch.
 func (c *h1conn) watchCaller() {
+	// The head's deadline comes off first, unless stopWatch already set
+	// its own (a clear after it would leave the read below unbounded).
+	c.watchMu.Lock()
+	if c.stopping {
+		c.watchMu.Unlock()
+		c.watchEnd <- struct{}{}
+		return
+	}
+	c.clearWaitDeadline()
+	c.watchMu.Unlock()
 	_, err := c.br.Peek(1)
 	if err != nil && !isTimeout(err) {
 		c.left.Store(true)
@@ -330,8 +369,13 @@ func (c *h1conn) stopWatch() {
 		c.watching.Store(false)
 		return
 	}
+	c.watchMu.Lock()
+	c.stopping = true
 	_ = c.nc.SetReadDeadline(time.Now())
+	c.watchMu.Unlock()
 	<-c.watchEnd
 	_ = c.nc.SetReadDeadline(time.Time{})
+	c.waitDeadline.Store(false)
+	c.stopping = false
 	c.watching.Store(false)
 }

@@ -58,8 +58,10 @@ func (c *h1conn) upstream(addr string, deadline time.Time) (*upConn, error) {
 		if up == nil {
 			return c.dial(addr, deadline)
 		}
+		// The deadline first: alive's peek fails on an expired one (the
+		// last request's, left on while the connection idled).
+		up.setDeadline(deadline)
 		if now.Sub(up.since) < time.Second || alive(up) {
-			_ = up.SetDeadline(deadline)
 			return up, nil
 		}
 		_ = up.Close()
@@ -77,7 +79,7 @@ func (c *h1conn) dial(addr string, deadline time.Time) (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	_ = up.SetDeadline(deadline)
+	up.setDeadline(deadline)
 	return up, nil
 }
 
@@ -215,6 +217,7 @@ var (
 // sendBody copies the request body to up, as it comes (chunked re-framed
 // chunk by chunk), within --max-body-bytes.
 func (c *h1conn) sendBody(up *upConn) error {
+	c.clearWaitDeadline()
 	if c.req.ExpectContinue() {
 		c.bw.WriteString("HTTP/1.1 100 Continue\r\n\r\n")
 		if err := c.bw.Flush(); err != nil {
@@ -319,7 +322,8 @@ func (c *h1conn) relay(up *upConn) result {
 		return result{status: status, aborted: c.abortCode(err)}
 	}
 	if r.KeepAlive() && f.Kind != h1.BodyUntilClose {
-		_ = up.SetDeadline(time.Time{})
+		// Its deadline stays on in the pool (nothing reads it there): the
+		// next request's replaces it.
 		c.p.pool.put(up, time.Now())
 	} else {
 		_ = up.Close()
@@ -347,7 +351,7 @@ func (c *h1conn) abortCode(err error) int {
 func (c *h1conn) tunnel(up *upConn) result {
 	c.resp.DropHopByHop()
 	upgrade, _ := c.resp.Get("Upgrade")
-	_ = up.SetDeadline(time.Time{})
+	up.setDeadline(time.Time{})
 	add := append(c.resAdd[:0], h1.Field{Name: "Connection", Value: upgradeToken}, h1.Field{Name: "Upgrade", Value: upgrade})
 	c.closeAfter = true
 	err := h1.WriteResponse(c.bw, &c.resp, add)
@@ -358,6 +362,7 @@ func (c *h1conn) tunnel(up *upConn) result {
 		_ = up.Close()
 		return result{status: http.StatusSwitchingProtocols, aborted: StatusClientClosed}
 	}
+	c.clearWaitDeadline()
 	// Either side ending ends both: the other copy fails at once.
 	done := make(chan struct{})
 	go func() {

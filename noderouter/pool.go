@@ -34,6 +34,18 @@ type upConn struct {
 	// reused: it served an exchange before; a failure before any response
 	// byte may be the instance closing it while idle.
 	reused bool
+	// deadline is the one set on Conn (setDeadline).
+	deadline time.Time
+}
+
+// setDeadline sets the read and write deadline, unless it is on already
+// (each set is a timer change of the runtime's).
+func (c *upConn) setDeadline(t time.Time) {
+	if t.Equal(c.deadline) {
+		return
+	}
+	_ = c.Conn.SetDeadline(t)
+	c.deadline = t
 }
 
 const upstreamBufSize = 16 << 10

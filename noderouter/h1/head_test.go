@@ -373,3 +373,24 @@ func TestWriteChunk(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadBuffered: true only when the reader holds a whole head.
+func TestHeadBuffered(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"", false},
+		{"GET / HTTP/1.1\r\nHost: a\r\n", false},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r", false},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\n", true},
+		{"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\n", true},
+		{"GET / HTTP/1.1\nHost: a\n\n", false}, // bare LF: Read reads and refuses it
+	} {
+		br := bufio.NewReader(strings.NewReader(tc.in))
+		_, _ = br.Peek(1) // fill the buffer
+		if got := HeadBuffered(br); got != tc.want {
+			t.Errorf("HeadBuffered(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

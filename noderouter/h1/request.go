@@ -291,3 +291,13 @@ func IsH2Preface(p []byte) bool {
 	}
 	return string(p) == h2Preface[:len(p)]
 }
+
+// HeadBuffered reports whether br holds a whole request head already (a
+// CRLF CRLF among its buffered bytes), so that Request.Read parses it
+// without reading the connection. A false answer only means Read may read.
+func HeadBuffered(br *bufio.Reader) bool {
+	p, _ := br.Peek(br.Buffered())
+	return bytes.Contains(p, crlfcrlf)
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
