@@ -25,8 +25,11 @@
 // and copies the answer back itself, with no goroutine hand-off and 3
 // allocations per warm request; the caller's connection is watched for its
 // going away (a read in a goroutine) only once a request waited 50 ms for
-// its answer. A connection that opens with the HTTP/2 preface is handed to
-// net/http's server (h2c). --forwarder=nethttp (nethttp.go) serves
+// its answer. Both its connections read and write with raw system calls
+// from the net poller's callbacks (rawconn.go: no entersyscall, so the
+// runtime's sysmon has no P to take back and sleeps), and a request's last
+// write to the instance goes with the wait for its answer. A connection
+// that opens with the HTTP/2 preface is handed to net/http's server (h2c). --forwarder=nethttp (nethttp.go) serves
 // HTTP/1.1 with net/http and httputil.ReverseProxy too; it is kept as the
 // reference the tests also run against (see docs/architecture.md for why
 // the router has its own path). A function's concurrencyLimit caps the
