@@ -29,8 +29,9 @@
 // from the net poller's callbacks (rawconn.go: no entersyscall, so the
 // runtime's sysmon has no P to take back and sleeps), and a request's last
 // write to the instance goes with the wait for its answer. A connection
-// that opens with the HTTP/2 preface is handed to net/http's server (h2c). --forwarder=nethttp (nethttp.go) serves
-// HTTP/1.1 with net/http and httputil.ReverseProxy too; it is kept as the
+// that opens with the HTTP/2 preface is handed to net/http's server (h2c).
+// --forwarder=nethttp (nethttp.go) serves HTTP/1.1 with net/http and
+// httputil.ReverseProxy too; it is kept as the
 // reference the tests also run against (see docs/architecture.md for why
 // the router has its own path). A function's concurrencyLimit caps the
 // requests this router sends to each instance; when every instance is at

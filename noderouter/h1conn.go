@@ -73,7 +73,7 @@ type h1conn struct {
 
 func newH1conn(s *h1Server, nc net.Conn) *h1conn {
 	c := &h1conn{s: s, p: s.p, nc: nc, watchEnd: make(chan struct{}, 1)}
-	c.rw, _ = newSock(nc)
+	c.rw, _ = newSock(nc, false)
 	host, _, err := net.SplitHostPort(nc.RemoteAddr().String())
 	if err != nil {
 		host = nc.RemoteAddr().String()
@@ -120,6 +120,9 @@ func (c *h1conn) serve() {
 		}
 		if c.br.Buffered() == 0 {
 			c.setWaitDeadline(idleTimeout)
+			if c.s.shutdown.Load() {
+				return // Shutdown's wake-up may have come before this deadline
+			}
 			if _, err := c.br.Peek(1); err != nil {
 				return // closed, idle too long, or woken by Shutdown
 			}
@@ -188,6 +191,9 @@ func (c *h1conn) clearWaitDeadline() {
 func (c *h1conn) wakeIfIdle() {
 	if c.idle.Load() {
 		_ = c.nc.SetReadDeadline(time.Now())
+		// A pipelined request already buffered is served without a read:
+		// its body read and its watch take this deadline off first.
+		c.waitDeadline.Store(true)
 	}
 }
 

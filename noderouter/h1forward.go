@@ -122,7 +122,9 @@ func (c *h1conn) exchange(up *upConn) error {
 			return err
 		}
 	}
-	up.d.deferNext() // the flush's write goes with the wait for the answer
+	if up.bw.Buffered() > 0 {
+		up.d.deferNext() // the flush's write goes with the wait for the answer
+	}
 	if err := up.bw.Flush(); err != nil {
 		return err
 	}
@@ -365,10 +367,17 @@ func (c *h1conn) tunnel(up *upConn) result {
 	c.clearWaitDeadline()
 	// Either side ending ends both: the other copy fails at once.
 	done := make(chan struct{})
+	// The instance's TCP connection itself: its sock is read by this
+	// goroutine meanwhile and keeps state for a deferred write (none is
+	// pending: the 101 was read after the request went out).
+	var toInstance io.Writer = up.Conn
+	if up.d != nil {
+		toInstance = up.d.tc
+	}
 	go func() {
 		// Caller to instance, starting with what the caller's reader holds.
-		_, _ = c.br.WriteTo(up.Conn)
-		_ = up.Close()
+		_, _ = c.br.WriteTo(toInstance)
+		up.abort()
 		_ = c.nc.Close()
 		close(done)
 	}()

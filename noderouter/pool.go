@@ -84,7 +84,7 @@ func (p *upstreamPool) dial(ctx context.Context, addr string) (*upConn, error) {
 	if err != nil {
 		return nil, err // a *net.OpError with Op "dial": classify and isDialError rely on it
 	}
-	nc, d := newSock(nc)
+	nc, d := newSock(nc, true)
 	return &upConn{Conn: nc, d: d, addr: addr, br: bufio.NewReaderSize(nc, upstreamBufSize), bw: bufio.NewWriterSize(nc, upstreamBufSize)}, nil
 }
 

@@ -7,7 +7,6 @@ import (
 	"os"
 	"syscall"
 	"time"
-	"unsafe"
 )
 
 // sock is a TCP connection of the h1 forwarder (a caller's or an
@@ -44,10 +43,14 @@ import (
 // TCPConn's own I/O (ReadFrom, WriteTo, which io.Copy and bufio prefer)
 // can bypass a pending write or the raw calls.
 type sock struct {
-	tc      *net.TCPConn
-	rc      syscall.RawConn
-	armed   bool   // the next Write is put off
-	pending []byte // put off, written at the next Read
+	tc         *net.TCPConn
+	rc         syscall.RawConn
+	deferrable bool   // see newSock; the fields below up to rstep are its
+	armed      bool   // the next Write is put off
+	pending    []byte // put off, written at the next Read
+	// wrote: bytes went to the socket since the last Read; a write is
+	// then not put off (the peer may be answering already).
+	wrote bool
 
 	// Method values made once (a closure per call would allocate).
 	rstep, dstep, wstep func(fd uintptr) bool
@@ -64,7 +67,11 @@ type sock struct {
 
 // newSock wraps nc when it is a TCP connection; otherwise it returns nc
 // and nil.
-func newSock(nc net.Conn) (net.Conn, *sock) {
+// deferrable allows deferNext (an instance connection); a sock without it
+// keeps no state that its Read and Write share, so that one goroutine may
+// read it while another writes (a caller's connection while its watch
+// reads).
+func newSock(nc net.Conn, deferrable bool) (net.Conn, *sock) {
 	tc, ok := nc.(*net.TCPConn)
 	if !ok {
 		return nc, nil
@@ -73,19 +80,30 @@ func newSock(nc net.Conn) (net.Conn, *sock) {
 	if err != nil {
 		return nc, nil
 	}
-	s := &sock{tc: tc, rc: rc}
+	s := &sock{tc: tc, rc: rc, deferrable: deferrable}
 	s.rstep, s.dstep, s.wstep = s.readStep, s.deferredStep, s.writeStep
 	return s, s
 }
 
-// deferNext puts the next Write off to the next Read. Nil-safe.
+// deferNext puts the next Write off to the next Read, unless bytes went
+// to the socket since the last Read: a peer that already has part of the
+// request (a body's first bytes) may answer before the rest, and an answer
+// that came before the readiness reset would never wake the wait. Arm it
+// only right before a write (a Flush of a non-empty buffer): an armed sock
+// holds back whatever is written next. Nil-safe.
 func (s *sock) deferNext() {
-	if s != nil {
+	if s != nil && s.deferrable && !s.wrote {
 		s.armed = true
 	}
 }
 
+// SyscallConn is the connection's RawConn (alive peeks through it).
+func (s *sock) SyscallConn() (syscall.RawConn, error) { return s.rc, nil }
+
 func (s *sock) Write(p []byte) (int, error) {
+	if !s.deferrable {
+		return s.write(p)
+	}
 	if s.armed && len(s.pending) == 0 {
 		s.armed = false
 		s.pending = append(s.pending[:0], p...)
@@ -95,6 +113,7 @@ func (s *sock) Write(p []byte) (int, error) {
 	if err := s.flushPending(); err != nil {
 		return 0, err
 	}
+	s.wrote = true
 	return s.write(p)
 }
 
@@ -127,6 +146,9 @@ func (s *sock) writeStep(fd uintptr) bool {
 		case e == syscall.EINTR:
 		case e == syscall.EAGAIN:
 			return false // wait until writable
+		case e == nil:
+			s.werr = io.ErrUnexpectedEOF // nothing written, no error: as Go's poller says
+			return true
 		default:
 			s.werr = e
 			return true
@@ -150,8 +172,11 @@ func (s *sock) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	step := s.rstep
-	if len(s.pending) > 0 {
-		step = s.dstep
+	if s.deferrable {
+		s.armed, s.wrote = false, false
+		if len(s.pending) > 0 {
+			step = s.dstep
+		}
 	}
 	s.rbuf, s.first, s.blocked, s.rn, s.rerr, s.derr = p, true, false, 0, nil, nil
 	err := s.rc.Read(step)
@@ -192,13 +217,16 @@ func (s *sock) deferredStep(fd uintptr) bool {
 	for len(s.pending) > 0 {
 		m, e := rawWrite(fd, s.pending)
 		switch {
-		case m > 0 && m == len(s.pending):
-			s.pending = s.pending[:0] // keeps the buffer for the next request
 		case m > 0:
-			s.pending = s.pending[m:]
+			// Keeps the buffer (its capacity) for the next request.
+			s.pending = s.pending[:copy(s.pending, s.pending[m:])]
 		case e == syscall.EINTR:
 		case e == syscall.EAGAIN:
 			s.blocked = true // the send buffer is full: finish outside
+			return true
+		case e == nil:
+			s.derr = io.ErrUnexpectedEOF
+			s.pending = s.pending[:0]
 			return true
 		default:
 			s.derr = e
@@ -219,30 +247,6 @@ func (s *sock) opError(op string, err error) error {
 		err = oe.Err
 	}
 	return &net.OpError{Op: op, Net: "tcp", Source: s.LocalAddr(), Addr: s.RemoteAddr(), Err: err}
-}
-
-// rawRead and rawWrite are read(2) and write(2) without entersyscall (see
-// sock): the socket is non-blocking, they return at once. EINTR is retried
-// here.
-func rawRead(fd uintptr, p []byte) (int, error) {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-		if e == syscall.EINTR {
-			continue
-		}
-		if e != 0 {
-			return 0, e
-		}
-		return int(n), nil
-	}
-}
-
-func rawWrite(fd uintptr, p []byte) (int, error) {
-	n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(unsafe.SliceData(p))), uintptr(len(p)))
-	if e != 0 {
-		return 0, e
-	}
-	return int(n), nil
 }
 
 // Close writes what is pending, then closes.
