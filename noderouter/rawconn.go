@@ -66,8 +66,7 @@ type sock struct {
 }
 
 // newSock wraps nc when it is a TCP connection; otherwise it returns nc
-// and nil.
-// deferrable allows deferNext (an instance connection); a sock without it
+// and nil. deferrable allows deferNext (an instance connection); a sock without it
 // keeps no state that its Read and Write share, so that one goroutine may
 // read it while another writes (a caller's connection while its watch
 // reads).
@@ -137,24 +136,36 @@ func (s *sock) write(p []byte) (int, error) {
 }
 
 func (s *sock) writeStep(fd uintptr) bool {
-	for len(s.wbuf) > 0 {
-		m, e := rawWrite(fd, s.wbuf)
+	m, full, err := writeAll(fd, s.wbuf)
+	s.wn += m
+	s.wbuf = s.wbuf[m:]
+	if full {
+		return false // wait until writable
+	}
+	s.werr = err
+	return true
+}
+
+// writeAll writes p to fd until all of it is written (full false, err
+// nil), the send buffer is full (full: n bytes went), or the write fails.
+// A write of nothing without an error is io.ErrUnexpectedEOF, as Go's
+// poller has it.
+func writeAll(fd uintptr, p []byte) (n int, full bool, err error) {
+	for n < len(p) {
+		m, e := rawWrite(fd, p[n:])
 		switch {
 		case m > 0:
-			s.wn += m
-			s.wbuf = s.wbuf[m:]
+			n += m
 		case e == syscall.EINTR:
 		case e == syscall.EAGAIN:
-			return false // wait until writable
+			return n, true, nil
 		case e == nil:
-			s.werr = io.ErrUnexpectedEOF // nothing written, no error: as Go's poller says
-			return true
+			return n, false, io.ErrUnexpectedEOF
 		default:
-			s.werr = e
-			return true
+			return n, false, e
 		}
 	}
-	return true
+	return n, false, nil
 }
 
 // flushPending writes what a deferred Write left, blocking.
@@ -214,25 +225,18 @@ func (s *sock) deferredStep(fd uintptr) bool {
 		return s.readStep(fd)
 	}
 	s.first = false
-	for len(s.pending) > 0 {
-		m, e := rawWrite(fd, s.pending)
-		switch {
-		case m > 0:
-			// Keeps the buffer (its capacity) for the next request.
-			s.pending = s.pending[:copy(s.pending, s.pending[m:])]
-		case e == syscall.EINTR:
-		case e == syscall.EAGAIN:
-			s.blocked = true // the send buffer is full: finish outside
-			return true
-		case e == nil:
-			s.derr = io.ErrUnexpectedEOF
-			s.pending = s.pending[:0]
-			return true
-		default:
-			s.derr = e
-			s.pending = s.pending[:0]
-			return true
-		}
+	m, full, err := writeAll(fd, s.pending)
+	// What is left stays at the front (the buffer keeps its capacity for
+	// the next request).
+	s.pending = s.pending[:copy(s.pending, s.pending[m:])]
+	switch {
+	case err != nil:
+		s.derr = err
+		s.pending = s.pending[:0]
+		return true
+	case full:
+		s.blocked = true // the send buffer is full: finish outside
+		return true
 	}
 	return false // wait for the answer (see the type's doc)
 }
