@@ -124,6 +124,7 @@ bench: build
 	bash .ci/install-bench
 	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
 	cd tests/fastproxy && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ .
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./tests/loopproxy
 	$(BIN)/skipper-bench warm
 
 ## bench-scale: the router's and the controller's cost beyond the request

@@ -49,10 +49,14 @@ var warmProxies = map[string]struct {
 	"nginx":    {nginxKind, 18081},
 	"haproxy":  {haproxyKind, 18082},
 	"fasthttp": {fasthttpKind, 18083},
+	"loop":     {loopKind, 18084},
 }
 
 // fastproxyBuild says how to build the fasthttp contender's binary.
 const fastproxyBuild = "make bench builds it; or: cd tests/fastproxy && CGO_ENABLED=0 go build -o ../../bin/ ."
+
+// loopproxyBuild says how to build the event-loop contender's binary.
+const loopproxyBuild = "make bench builds it; or: CGO_ENABLED=0 go build -o bin/ ./tests/loopproxy"
 
 // warmContenders are the known contenders, in the default order.
 var warmContenders = []struct{ name, label string }{
@@ -61,6 +65,7 @@ var warmContenders = []struct{ name, label string }{
 	{"nginx", "nginx (node 1)"},
 	{"haproxy", "haproxy (node 1)"},
 	{"fasthttp", "fasthttp proxy (node 1)"},
+	{"loop", "Go event-loop proxy (node 1, tests/loopproxy)"},
 	{"vip", "router via the Service VIP, BPF-steered (caller on node 1)"},
 	{"kube-proxy", "router via the Service VIP, kube-proxy (caller on node 1)"},
 }
@@ -104,6 +109,8 @@ Contenders:
   nginx       nginx in node 1's network namespace, proxying to the instance
   haproxy     haproxy likewise
   fasthttp    fastproxy likewise: a minimal reverse proxy on fasthttp (tests/fastproxy)
+  loop        loopproxy likewise: a minimal Go proxy built as nginx is, an epoll loop per
+              thread and no goroutine per connection (tests/loopproxy; GET only)
   vip         the skipper Service VIP from node 1's namespace and cgroup (BPF steers it to the router)
   kube-proxy  the skipper Service VIP from node 1's namespace outside its cgroup (kube-proxy)
 
@@ -201,6 +208,11 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if fastproxy != "" {
 		bins["fasthttp"] = fastproxy
 	}
+	if slices.Contains(cfg.Contenders, "loop") {
+		if bins["loop"], err = findBuilt(loopKind.binName(), selfDir(), loopproxyBuild); err != nil {
+			return err
+		}
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -280,7 +292,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case "router":
 			c.url, c.function = env["ROUTER_URL"]+"/bench", fnName
 			c.cpuDir = linuxhost.Dirs(hs[:1], routerRel)[0]
-		case "nginx", "haproxy", "fasthttp":
+		case "nginx", "haproxy", "fasthttp", "loop":
 			kind, port := warmProxies[name].kind, warmProxies[name].port
 			dirs, err := mkcg(path.Join(path.Dir(routerRel), "skipper-bench-"+name), routerRel)
 			if err != nil {

@@ -167,6 +167,12 @@ var (
 	fasthttpKind = proxyKind{name: "fasthttp", bin: "fastproxy", args: func(c proxyConfig) []string {
 		return []string{"-listen", c.Listen, "-upstream", c.Upstream, "-procs", strconv.Itoa(c.Workers)}
 	}}
+	// loopKind is tests/loopproxy: an epoll loop per locked thread, its
+	// GOMAXPROCS the workers (its loops one fewer, at least one: see its
+	// wait).
+	loopKind = proxyKind{name: "loop", bin: "loopproxy", args: func(c proxyConfig) []string {
+		return []string{"-listen", c.Listen, "-upstream", c.Upstream, "-procs", strconv.Itoa(c.Workers)}
+	}}
 )
 
 // binName is the name of k's binary.

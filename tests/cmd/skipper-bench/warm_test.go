@@ -337,7 +337,7 @@ func TestWarmFlags(t *testing.T) {
 		want    []string // contenders
 		wantErr string
 	}{
-		{"defaults", nil, []string{"direct", "router", "nginx", "haproxy", "fasthttp", "vip", "kube-proxy"}, ""},
+		{"defaults", nil, []string{"direct", "router", "nginx", "haproxy", "fasthttp", "loop", "vip", "kube-proxy"}, ""},
 		{"fasthttp alone", []string{"-contenders", "fasthttp"}, []string{"fasthttp"}, ""},
 		{"a chosen order", []string{"-contenders", "haproxy, router"}, []string{"haproxy", "router"}, ""},
 		{"unknown contender", []string{"-contenders", "router,envoy"}, nil, `unknown "envoy"`},
@@ -408,6 +408,8 @@ func TestProxyConfigs(t *testing.T) {
 		{haproxyKind, "haproxy", []string{"nbthread 2", "bind 198.51.100.11:18081", "server instance 198.18.1.9:8080", "http-reuse always"},
 			[]string{"-db", "-f", "/tmp/x/haproxy.conf"}},
 		{fasthttpKind, "fastproxy", nil,
+			[]string{"-listen", "198.51.100.11:18081", "-upstream", "198.18.1.9:8080", "-procs", "2"}},
+		{loopKind, "loopproxy", nil,
 			[]string{"-listen", "198.51.100.11:18081", "-upstream", "198.18.1.9:8080", "-procs", "2"}},
 	} {
 		t.Run(tc.kind.name, func(t *testing.T) {
@@ -552,10 +554,10 @@ func TestPlacementEntersCgroups(t *testing.T) {
 	}
 }
 
-// TestProxiesServe starts nginx, haproxy and fastproxy with the bench's
+// TestProxiesServe starts nginx, haproxy, fastproxy and loopproxy with the bench's
 // configs on loopback in front of a local upstream (skipped where they are
-// not installed: .ci/install-bench; fastproxy: not in the repository's bin/
-// nor on PATH).
+// not installed: .ci/install-bench; fastproxy and loopproxy: not in the
+// repository's bin/ nor on PATH).
 func TestProxiesServe(t *testing.T) {
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write([]byte("ok"))
@@ -567,8 +569,11 @@ func TestProxiesServe(t *testing.T) {
 		"fasthttp": func() (string, error) {
 			return findBuilt("fastproxy", filepath.Join("..", "..", "..", "bin"), fastproxyBuild)
 		},
+		"loop": func() (string, error) {
+			return findBuilt("loopproxy", filepath.Join("..", "..", "..", "bin"), loopproxyBuild)
+		},
 	}
-	for _, kind := range []proxyKind{nginxKind, haproxyKind, fasthttpKind} {
+	for _, kind := range []proxyKind{nginxKind, haproxyKind, fasthttpKind, loopKind} {
 		t.Run(kind.name, func(t *testing.T) {
 			bin, err := look[kind.name]()
 			if err != nil {
