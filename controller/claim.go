@@ -317,20 +317,32 @@ func (c *controller) candidatesLocked(fn *v1alpha1.Function, pool []*corev1.Pod,
 	for uid := range c.reserved {
 		exclude[string(uid)] = true
 	}
-	return claimCandidates(fn.Spec.Pool, pool, node, exclude)
+	for uid := range c.recording {
+		exclude[string(uid)] = true
+	}
+	now := time.Now()
+	for uid, until := range c.held {
+		if now.After(until) {
+			delete(c.held, uid)
+			continue
+		}
+		exclude[string(uid)] = true
+	}
+	return claimCandidates(fn.Spec.Pool, pool, node, exclude, c.owns)
 }
 
-// claimReserved claims and assigns the reserved pod p, holding a slot of
-// --max-parallel-claims. It releases the reservation when it fails; on
-// success the flight's end releases it, together with assuming the pod.
+// claimReserved assigns the reserved pod p to fn, holding a slot of
+// --max-parallel-claims, and returns the pod as its record will make it
+// (claimedCopy), which the flight's end assumes. It releases the
+// reservation when it fails.
 //
-// The claim patch marks the pod assign-pending; only once the instance has
-// accepted the assignment does a second patch remove the mark. A pod so
-// marked is in no instance set (instanceSet), so routers never see a pod
-// whose assignment this replica has not seen succeed: if this replica dies
-// between the claim and the assign, the pod stays marked, is never served,
-// and its owner retires it (assignStale). The pod returned, the one the
-// flight assumes, is the one the second patch returned, without the mark.
+// Issue 15: the instance decides the claim. An assign it accepts (200)
+// makes the pod fn's; the record (label, ownerReference, annotations)
+// follows on its own (record), off the caller's path and retried until it
+// lands, so a cold start waits for no API server write and survives one
+// that is slow or down. A 409 names the function the instance holds: the
+// race is lost (or an earlier claim was never recorded, and is adopted):
+// the claim moves to the next pod.
 func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alpha1.Function, port int32, router string) (_ *corev1.Pod, err error) {
 	defer func() {
 		if err != nil {
@@ -346,64 +358,170 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 		return nil, fmt.Errorf("claim for function %s: waiting for a claim slot: %w", fn.Key(), ctx.Err())
 	}
 	start := time.Now()
-	claimed, err := c.claimPod(ctx, p, fn, claimInfo{At: start, Router: router})
-	if err != nil {
-		return nil, err
+	info := claimInfo{Restarts: restarts(p), Router: router}
+	if err := c.assignPod(ctx, p, fn, port); err != nil {
+		var held *heldError
+		if errors.As(err, &held) {
+			c.adopt(p, held.function)
+			return nil, fmt.Errorf("%w: %v", errClaimLost, err)
+		}
+		// The instance may or may not have accepted: it can serve nobody
+		// else either way, and it is still the pool's. Give it up so the
+		// pool makes a new one.
+		c.deleteOrphan(p, err)
+		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", p.Namespace, p.Name, fn.Key(), err)
 	}
-	patched := time.Now()
-	if err := c.assignPod(ctx, claimed, fn, port); err != nil {
-		c.deleteOrphan(claimed, err)
-		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
-	}
-	assigned := time.Now()
-	marked, err := c.markAssigned(ctx, claimed)
-	if err != nil {
-		// The instance holds the assignment, but nothing records it: no
-		// other replica would ever serve the pod. Give it up.
-		c.deleteOrphan(claimed, err)
-		return nil, withReason(ErrAssign, "record the assignment of pod %s/%s to function %s: %v", claimed.Namespace, claimed.Name, fn.Key(), err)
-	}
-	c.log.Debug("claim timing", "function", fn.Key(), "pod", claimed.Name,
-		"patch", patched.Sub(start), "assign", assigned.Sub(patched), "mark", time.Since(assigned))
-	return marked, nil
+	info.At = time.Now()
+	c.startRecord(p, fn, info)
+	c.log.Debug("claim timing", "function", fn.Key(), "pod", p.Name, "assign", info.At.Sub(start))
+	return claimedCopy(p, fn, info), nil
 }
 
-// markAssigned removes the assign-pending mark from a claimed pod whose
-// instance accepted its assignment, and returns the pod as patched. It is
-// bounded by --assign-timeout.
-func (c *controller) markAssigned(ctx context.Context, pod *corev1.Pod) (*corev1.Pod, error) {
+// errClaimLost means the pod is not to be had (another function holds
+// its instance, or it changed first); try the next.
+var errClaimLost = errors.New("pod not claimable")
+
+// heldError is a 409 answer to an assign: the instance holds function.
+type heldError struct {
+	function string
+	msg      string
+}
+
+func (e *heldError) Error() string { return e.msg }
+
+// adopt records a pool pod whose instance answered that it holds function
+// key (a claim whose record never landed: its controller died between the
+// assign and the record): level-triggered recovery, as whoever meets such
+// a pod writes the record the instance already decided. A key whose
+// Function the cache does not hold is left alone: the pod is kept out of
+// this replica's candidates for assumedTTL.
+func (c *controller) adopt(p *corev1.Pod, key string) {
+	c.mu.Lock()
+	c.held[p.UID] = time.Now().Add(assumedTTL)
+	c.mu.Unlock()
+	ns, name, ok := splitKey(key)
+	if !ok {
+		return
+	}
+	fn, err := c.cache.function(ns, name)
+	if err != nil || fn == nil || ns != p.Namespace {
+		c.log.Warn("pool pod holds a function this replica cannot record", "pod", p.Namespace+"/"+p.Name, "function", key, "err", err)
+		return
+	}
+	c.log.Info("adopting pool pod whose instance holds a function", "pod", p.Namespace+"/"+p.Name, "function", key)
+	c.startRecord(p, fn, claimInfo{At: time.Now(), Restarts: restarts(p)})
+}
+
+// Backoff of a record that did not land.
+const (
+	recordBackoffBase = 50 * time.Millisecond
+	recordBackoffMax  = 5 * time.Second
+)
+
+// startRecord writes the record of pod's claim for fn in the background,
+// once per pod at a time. Until it lands the pod stays assumed (assumedLocked
+// keeps it past assumedTTL) and out of every replica's candidates here.
+func (c *controller) startRecord(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) {
+	c.mu.Lock()
+	if c.recording[pod.UID] {
+		c.mu.Unlock()
+		return
+	}
+	c.recording[pod.UID] = true
+	c.metrics.unrecorded.Set(float64(len(c.recording)))
+	c.mu.Unlock()
+	c.wg.Go(func() {
+		defer func() {
+			c.mu.Lock()
+			delete(c.recording, pod.UID)
+			c.metrics.unrecorded.Set(float64(len(c.recording)))
+			c.mu.Unlock()
+		}()
+		// A record outlives the controller's stop by --assign-timeout, so
+		// that a graceful shutdown leaves no claim unrecorded it could
+		// still record.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(c.runCtx))
+		defer cancel()
+		defer context.AfterFunc(c.runCtx, func() { time.AfterFunc(c.cfg.AssignTimeout, cancel) })()
+		c.record(ctx, pod, fn, info)
+	})
+}
+
+// record writes the claim's record until it lands, the pod is gone or
+// holds another function's record, or ctx ends: each try patches the pod
+// as last read (the cache's first, then a fresh read after a failed test
+// op), with exponential backoff while the API server fails.
+func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) {
+	uid := pod.UID
+	cur := pod
+	backoff := recordBackoffBase
+	for attempt := 1; ; attempt++ {
+		switch recordStateOf(cur, uid, fn) {
+		case recordDone:
+			return
+		case recordPodGone:
+			c.log.Info("claimed pod gone before its record", "function", fn.Key(), "pod", pod.Namespace+"/"+pod.Name)
+			return
+		case recordForeign:
+			// The instance accepted fn, the pod says otherwise: nothing
+			// here may overwrite it. Its container is fn's all the same;
+			// keep it out of every set.
+			c.log.Error("claimed pod recorded for another function", "function", fn.Key(), "pod", pod.Namespace+"/"+pod.Name,
+				"labelled", cur.Labels[v1alpha1.LabelFunction])
+			c.retire(uid, time.Now().Add(assumedTTL))
+			return
+		}
+		err := c.recordOnce(ctx, cur, fn, info)
+		if err == nil {
+			if attempt > 1 {
+				c.log.Info("claim recorded", "function", fn.Key(), "pod", pod.Name, "attempts", attempt)
+			}
+			return
+		}
+		c.metrics.recordFailures.Inc()
+		if errors.Is(err, errClaimLost) {
+			// A test op failed or the pod is gone: read it again and decide.
+			live, gerr := c.core.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			switch {
+			case gerr == nil:
+				cur = live
+				continue
+			case apierrors.IsNotFound(gerr):
+				cur = nil
+				continue
+			}
+			err = gerr
+		}
+		c.log.Warn("record of claim failed, retrying", "function", fn.Key(), "pod", pod.Name, "attempt", attempt, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			c.log.Warn("claim left unrecorded at shutdown (the next owner adopts it)", "function", fn.Key(), "pod", pod.Name)
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, recordBackoffMax)
+	}
+}
+
+// recordOnce applies the record patch to cur; errClaimLost when a test op
+// failed or the pod is gone.
+func (c *controller) recordOnce(ctx context.Context, cur *corev1.Pod, fn *v1alpha1.Function, info claimInfo) error {
+	patch, err := recordPatch(cur, fn, info)
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
 	defer cancel()
-	patch, err := assignedPatch(pod)
-	if err != nil {
-		return nil, err
-	}
-	marked, err := c.core.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
-	if err != nil {
-		return nil, fmt.Errorf("patch pod %s/%s: %w", pod.Namespace, pod.Name, err)
-	}
-	return marked, nil
-}
-
-// errClaimLost means another writer changed the pod first; try the next.
-var errClaimLost = errors.New("pod changed since cached")
-
-// claimPod applies the claim patch to pod and returns the claimed pod.
-func (c *controller) claimPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) (*corev1.Pod, error) {
-	patch, err := claimPatch(pod, fn, info)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errClaimLost, err)
-	}
-	claimed, err := c.core.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	_, err = c.core.CoreV1().Pods(cur.Namespace).Patch(ctx, cur.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
 	switch {
 	case err == nil:
-		return claimed, nil
+		return nil
 	// A failed test op is 422 Invalid; a concurrent write can surface as 409;
-	// a pod deleted since it was cached is 404. All mean: pick another.
+	// a pod deleted since it was read is 404.
 	case apierrors.IsInvalid(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
-		return nil, fmt.Errorf("%w: claim pod %s/%s: %v", errClaimLost, pod.Namespace, pod.Name, err)
+		return fmt.Errorf("%w: record claim of pod %s/%s: %v", errClaimLost, cur.Namespace, cur.Name, err)
 	}
-	return nil, fmt.Errorf("claim pod %s/%s: %w", pod.Namespace, pod.Name, err)
+	return fmt.Errorf("record claim of pod %s/%s: %w", cur.Namespace, cur.Name, err)
 }
 
 // assignPod posts the assignment to the claimed pod and expects 200.
@@ -443,6 +561,12 @@ func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode == http.StatusConflict {
+		var cf assign.Conflict
+		if json.Unmarshal(msg, &cf) == nil && cf.Reason == assign.ReasonAlreadyAssigned && cf.Function != "" {
+			return &heldError{function: cf.Function, msg: fmt.Sprintf("POST %s: instance holds function %s", url, cf.Function)}
+		}
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(msg)))
 	}

@@ -65,11 +65,16 @@ type controller struct {
 	fns      map[string]*fnState     // by function key, for functions this replica answered for or owns
 	flights  map[string][]*flight    // claims in progress, by function key: expected instances
 	assumed  map[string][]assumedPod // claims the informer may not show yet, by function key
-	reserved map[types.UID]bool      // pool pods a claim in flight is patching
-	retired  map[types.UID]time.Time // withdrawn or deleted pods kept out of every set, until the time given
-	sups     map[string]*supervisor  // running supervisors, by function key
-	statusAt map[string]time.Time    // last status write, by function key
-	owned    map[string]bool         // functions this replica owned at the last ring sync
+	reserved map[types.UID]bool      // pool pods a claim in flight is assigning
+	// recording: pods whose claim's record is being written (startRecord);
+	// held: pool pods whose instance answered that it holds a function,
+	// kept out of this replica's candidates until the time given.
+	recording map[types.UID]bool
+	held      map[types.UID]time.Time
+	retired   map[types.UID]time.Time // withdrawn or deleted pods kept out of every set, until the time given
+	sups      map[string]*supervisor  // running supervisors, by function key
+	statusAt  map[string]time.Time    // last status write, by function key
+	owned     map[string]bool         // functions this replica owned at the last ring sync
 	// ringSynced is set after the first ring sync.
 	ringSynced bool
 	// lastLag is how long the informer took to show the last claim it showed.
@@ -165,6 +170,8 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		flights:    map[string][]*flight{},
 		assumed:    map[string][]assumedPod{},
 		reserved:   map[types.UID]bool{},
+		recording:  map[types.UID]bool{},
+		held:       map[types.UID]time.Time{},
 		retired:    map[types.UID]time.Time{},
 		sups:       map[string]*supervisor{},
 		statusAt:   map[string]time.Time{},
@@ -591,7 +598,10 @@ func (c *controller) assumedLocked(key string, cached []*corev1.Pod, now time.Ti
 			c.lastLag = now.Sub(a.at)
 			continue
 		}
-		if now.Sub(a.at) > assumedTTL {
+		if now.Sub(a.at) > assumedTTL && !c.recording[a.pod.UID] {
+			// A claim whose record is still being written stays assumed
+			// however long that takes (an API server outage): the instance
+			// is the function's.
 			continue
 		}
 		keep = append(keep, a)

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 )
@@ -109,17 +110,22 @@ const (
 	// annOneshotRouter names the router pod a oneshot instance was handed
 	// to; only that router may release it.
 	annOneshotRouter = "skipper.dev/oneshot-router"
-	// annAssignPending marks a claimed pod whose instance has not been
-	// seen accepting its assignment: the claim patch adds it, a second
-	// patch removes it once the assign call succeeded. A pod so marked is
-	// in no instance set. Pods claimed before the mark existed lack it and
-	// are served as before.
+	// annAssignPending marked a pod claimed before its instance was seen
+	// accepting (the claim path before issue 15 patched first and
+	// assigned after). Claims no longer write it: the record follows the
+	// instance's acceptance. A pod still so marked (claimed by an older
+	// controller that died between its patch and its assign) is in no
+	// instance set, and its owner retires it (assignStale).
 	annAssignPending = "skipper.dev/assign-pending"
 )
 
 // claimInfo is what a claim records on the pod.
 type claimInfo struct {
+	// At is when the instance accepted the assignment.
 	At time.Time
+	// Restarts is the pod's container restart count when the assign was
+	// sent: a container that restarted since has lost its assignment.
+	Restarts int64
 	// Router is the router pod a oneshot instance is handed to; empty for
 	// shared instances.
 	Router string
@@ -235,10 +241,14 @@ func sameInstances(a, b []instance) bool { return slices.Equal(a, b) }
 
 // claimCandidates returns the pool pods that may be claimed, best first:
 // pods of the pool (label skipper.dev/pool=<pool>, no skipper.dev/function)
-// that are Ready and not terminating, minus those in exclude (UIDs). Pods on
-// preferNode come first (the caller's router runs there, so its calls stay
-// on the node), then the longest Ready, then by name so the order is stable.
-func claimCandidates(pool string, pods []*corev1.Pod, preferNode string, exclude map[string]bool) []*corev1.Pod {
+// that are Ready and not terminating, minus those in exclude (UIDs). Pods
+// mine says the ring gives this replica come first (keyed by pod UID: any
+// replica may assign any pool pod and the instance decides a race, so each
+// takes another's only when it has none ready, and races stay rare; nil:
+// no preference), then pods on preferNode (the caller's router runs there,
+// so its calls stay on the node), then the longest Ready, then by name so
+// the order is stable.
+func claimCandidates(pool string, pods []*corev1.Pod, preferNode string, exclude map[string]bool, mine func(uid string) bool) []*corev1.Pod {
 	var out []*corev1.Pod
 	for _, p := range pods {
 		if p.Labels[v1alpha1.LabelPool] != pool {
@@ -252,7 +262,14 @@ func claimCandidates(pool string, pods []*corev1.Pod, preferNode string, exclude
 		}
 		out = append(out, p)
 	}
+	isMine := func(p *corev1.Pod) bool { return mine == nil || mine(string(p.UID)) }
 	slices.SortStableFunc(out, func(a, b *corev1.Pod) int {
+		if am, bm := isMine(a), isMine(b); am != bm {
+			if am {
+				return -1
+			}
+			return 1
+		}
 		an, bn := preferNode != "" && a.Spec.NodeName == preferNode, preferNode != "" && b.Spec.NodeName == preferNode
 		if an != bn {
 			if an {
@@ -282,47 +299,81 @@ func escapePointer(s string) string {
 	return strings.NewReplacer("~", "~0", "/", "~1").Replace(s)
 }
 
-// claimPatch builds the one JSON patch that claims pod for fn. Its test ops
-// make the API server apply it only to the pod exactly as cached: the whole
-// labels object equals the cached labels (which proves skipper.dev/function
-// is absent: JSON patch cannot test absence directly) and resourceVersion is
-// unchanged (which also pins ownerReferences). It then adds the function
-// label and a non-controller ownerReference to the Function, appending to
-// ownerReferences or creating the array when the pod has none, and the
-// claim annotations (time, restart count, and for oneshot the router).
-//
-// blockOwnerDeletion is true so a foreground deletion of the Function waits
-// for its instances; setting it needs RBAC update on functions/finalizers
-// where the OwnerReferencesPermissionEnforcement admission plugin is on.
-func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) ([]byte, error) {
-	labels := pod.Labels
-	if labels == nil {
-		return nil, fmt.Errorf("pod %s/%s has no labels: not a pool pod", pod.Namespace, pod.Name)
-	}
-	if pod.ResourceVersion == "" {
-		return nil, fmt.Errorf("pod %s/%s has no resourceVersion", pod.Namespace, pod.Name)
-	}
-	ref := functionOwnerRef(fn)
-	ops := []jsonPatchOp{
-		{Op: "test", Path: "/metadata/resourceVersion", Value: pod.ResourceVersion},
-		{Op: "test", Path: "/metadata/labels", Value: labels},
-		{Op: "add", Path: "/metadata/labels/" + escapePointer(v1alpha1.LabelFunction), Value: fn.Name},
-	}
-	if len(pod.OwnerReferences) == 0 {
-		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences", Value: []metav1.OwnerReference{ref}})
-	} else {
-		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences/-", Value: ref})
-	}
+// claimAnnotations are the annotations a claim's record writes: when the
+// instance accepted, its containers' restart count then, and for oneshot
+// the router it is handed to.
+func claimAnnotations(info claimInfo) map[string]string {
 	ann := map[string]string{
 		annClaimedAt:     info.At.UTC().Format(time.RFC3339Nano),
-		annClaimRestarts: strconv.FormatInt(restarts(pod), 10),
-		annAssignPending: "true",
+		annClaimRestarts: strconv.FormatInt(info.Restarts, 10),
 	}
 	if info.Router != "" {
 		ann[annOneshotRouter] = info.Router
 	}
-	if len(pod.Annotations) == 0 {
-		// The resourceVersion test pins the annotations as cached: none.
+	return ann
+}
+
+// claimedCopy is pod as the record of its claim for fn will make it: the
+// function label, the ownerReference and the claim annotations. It is what
+// the controller assumes until the informer shows the record (issue 15:
+// the instance decided the claim; the record follows).
+func claimedCopy(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) *corev1.Pod {
+	p := pod.DeepCopy()
+	if p.Labels == nil {
+		p.Labels = map[string]string{}
+	}
+	p.Labels[v1alpha1.LabelFunction] = fn.Name
+	p.OwnerReferences = append(p.OwnerReferences, functionOwnerRef(fn))
+	if p.Annotations == nil {
+		p.Annotations = map[string]string{}
+	}
+	maps.Copy(p.Annotations, claimAnnotations(info))
+	return p
+}
+
+// recordPatch builds the one JSON patch that records, on the pod as last
+// read (cur), that its instance accepted fn: it adds the function label, a
+// non-controller ownerReference to the Function (appending to
+// ownerReferences, or creating the array when the pod has none) and the
+// claim annotations.
+//
+// Its test ops check only what a claim must not overwrite: the same pod
+// (UID), the labels as read (which proves skipper.dev/function absent: JSON
+// patch cannot test absence) and the ownerReferences as read. They do not
+// pin the resourceVersion: the node agent's status writes move it on all
+// the time, and the record of a claim the instance already decided must not
+// fail on them. A write to labels or owners fails it; the recorder reads
+// the pod again and decides anew.
+//
+// blockOwnerDeletion is true so a foreground deletion of the Function waits
+// for its instances; setting it needs RBAC update on functions/finalizers
+// where the OwnerReferencesPermissionEnforcement admission plugin is on.
+func recordPatch(cur *corev1.Pod, fn *v1alpha1.Function, info claimInfo) ([]byte, error) {
+	if cur.UID == "" {
+		return nil, fmt.Errorf("pod %s/%s has no UID", cur.Namespace, cur.Name)
+	}
+	labels := cur.Labels
+	if labels == nil {
+		return nil, fmt.Errorf("pod %s/%s has no labels: not a pool pod", cur.Namespace, cur.Name)
+	}
+	ref := functionOwnerRef(fn)
+	ops := []jsonPatchOp{
+		{Op: "test", Path: "/metadata/uid", Value: string(cur.UID)},
+		{Op: "test", Path: "/metadata/labels", Value: labels},
+		{Op: "add", Path: "/metadata/labels/" + escapePointer(v1alpha1.LabelFunction), Value: fn.Name},
+	}
+	if len(cur.OwnerReferences) == 0 {
+		// Nothing to test against (absence cannot be tested): add creates
+		// the array, or replaces one written since, which the labels test
+		// makes unlikely and the recorder's read-back would show.
+		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences", Value: []metav1.OwnerReference{ref}})
+	} else {
+		ops = append(ops,
+			jsonPatchOp{Op: "test", Path: "/metadata/ownerReferences", Value: cur.OwnerReferences},
+			jsonPatchOp{Op: "add", Path: "/metadata/ownerReferences/-", Value: ref})
+	}
+	ann := claimAnnotations(info)
+	if len(cur.Annotations) == 0 {
 		ops = append(ops, jsonPatchOp{Op: "add", Path: "/metadata/annotations", Value: ann})
 	} else {
 		for _, k := range slices.Sorted(maps.Keys(ann)) {
@@ -332,18 +383,29 @@ func claimPatch(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) ([]byte,
 	return json.Marshal(ops)
 }
 
-// assignedPatch builds the JSON patch that records a claimed pod's
-// assignment: it removes the assign-pending mark. The UID test makes sure
-// it never lands on another pod of the same name; a pod whose mark is gone
-// already fails it (remove needs the key), as a write nobody expects.
-func assignedPatch(pod *corev1.Pod) ([]byte, error) {
-	if pod.UID == "" {
-		return nil, fmt.Errorf("pod %s/%s has no UID", pod.Namespace, pod.Name)
+// recordState is what a pod as read says of the record of its claim for
+// fn.
+type recordState int
+
+const (
+	recordNeeded  recordState = iota // a pool pod not labelled for any function: write the record
+	recordDone                       // labelled for fn and owned by it
+	recordForeign                    // labelled for another function (or for fn without its owner): never overwrite
+	recordPodGone                    // deleted, terminating, or another pod of that name
+)
+
+// recordStateOf decides what to do with the record of uid's claim for fn
+// given the pod as read (nil: not found).
+func recordStateOf(p *corev1.Pod, uid types.UID, fn *v1alpha1.Function) recordState {
+	switch {
+	case p == nil || p.UID != uid || p.DeletionTimestamp != nil:
+		return recordPodGone
+	case p.Labels[v1alpha1.LabelFunction] == "":
+		return recordNeeded
+	case p.Labels[v1alpha1.LabelFunction] == fn.Name && ownedBy(p, fn):
+		return recordDone
 	}
-	return json.Marshal([]jsonPatchOp{
-		{Op: "test", Path: "/metadata/uid", Value: string(pod.UID)},
-		{Op: "remove", Path: "/metadata/annotations/" + escapePointer(annAssignPending)},
-	})
+	return recordForeign
 }
 
 // assignPending reports whether the claimed pod still carries the

@@ -188,6 +188,7 @@ func TestClaimCandidates(t *testing.T) {
 		pods       []*corev1.Pod
 		preferNode string
 		exclude    map[string]bool
+		mine       func(uid string) bool
 		want       []string
 	}{
 		{name: "empty pool"},
@@ -211,6 +212,16 @@ func TestClaimCandidates(t *testing.T) {
 			want:       []string{"b", "a"},
 		},
 		{
+			name: "the pods the ring gives this replica first, then the caller's node",
+			pods: []*corev1.Pod{
+				testPod("a", readyAt(t0)), testPod("b", onNode("node-2"), readyAt(t0.Add(time.Hour))),
+				testPod("c", readyAt(t0.Add(time.Minute))), testPod("d", onNode("node-2"), readyAt(t0.Add(2*time.Hour))),
+			},
+			preferNode: "node-2",
+			mine:       func(uid string) bool { return uid == "uid-c" || uid == "uid-d" },
+			want:       []string{"d", "c", "b", "a"},
+		},
+		{
 			name:    "excluded (assumed claimed) pods are skipped",
 			pods:    []*corev1.Pod{testPod("a"), testPod("b")},
 			exclude: map[string]bool{"uid-a": true},
@@ -219,7 +230,7 @@ func TestClaimCandidates(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := names(claimCandidates("echo", tt.pods, tt.preferNode, tt.exclude))
+			got := names(claimCandidates("echo", tt.pods, tt.preferNode, tt.exclude, tt.mine))
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("claimCandidates (-want +got):\n%s", diff)
 			}
@@ -249,8 +260,12 @@ func applyPatch(t *testing.T, pod *corev1.Pod, patch []byte) (*corev1.Pod, error
 	return &got, nil
 }
 
-func TestClaimPatch(t *testing.T) {
+func TestRecordPatch(t *testing.T) {
 	fn := testFunction("hello")
+	statusWritten := func(p *corev1.Pod) {
+		p.ResourceVersion = "7"
+		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: "Other", Status: corev1.ConditionTrue})
+	}
 	tests := []struct {
 		name    string
 		cached  *corev1.Pod
@@ -263,17 +278,27 @@ func TestClaimPatch(t *testing.T) {
 			name:   "pod with annotations",
 			cached: testPod("p", annotated("a/b", "c")), live: testPod("p", annotated("a/b", "c")),
 		},
+		// Issue 15: the node agent's status writes must not fail a record
+		// of a claim the instance already decided.
+		{name: "status written since it was read", cached: testPod("p"), live: testPod("p", statusWritten)},
 		{name: "claimed meanwhile by another function", cached: testPod("p"), live: testPod("p", claimedBy(testFunction("other"))), wantErr: true},
 		{
 			name:   "function label added without a resourceVersion change is still caught",
 			cached: testPod("p"), live: testPod("p", labelled(v1alpha1.LabelFunction, "x")), wantErr: true,
 		},
-		{name: "resourceVersion moved on", cached: testPod("p"), live: testPod("p", resourceVersion("2")), wantErr: true},
+		{
+			name:   "owners changed since it was read",
+			cached: testPod("p"), live: testPod("p", func(p *corev1.Pod) { p.OwnerReferences[0].Name = "rs-2" }), wantErr: true,
+		},
+		{
+			name:   "another pod of the same name",
+			cached: testPod("p"), live: testPod("p", func(p *corev1.Pod) { p.UID = "uid-other" }), wantErr: true,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			at := t0.Add(time.Minute)
-			patch, err := claimPatch(tt.cached, fn, claimInfo{At: at, Router: "router-a"})
+			info := claimInfo{At: t0.Add(time.Minute), Restarts: 2, Router: "router-a"}
+			patch, err := recordPatch(tt.cached, fn, info)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -294,48 +319,59 @@ func TestClaimPatch(t *testing.T) {
 			if diff := cmp.Diff(want, got.OwnerReferences); diff != "" {
 				t.Errorf("ownerReferences (-want +got):\n%s", diff)
 			}
-			if !ownedBy(got, fn) {
-				t.Error("claimed pod is not owned by the function")
+			if recordStateOf(got, tt.cached.UID, fn) != recordDone {
+				t.Errorf("recorded pod: state %v, want recordDone", recordStateOf(got, tt.cached.UID, fn))
 			}
-			wantAnn := map[string]string{annClaimedAt: at.UTC().Format(time.RFC3339Nano), annClaimRestarts: "2", annOneshotRouter: "router-a",
-				annAssignPending: "true"}
+			wantAnn := map[string]string{annClaimedAt: info.At.UTC().Format(time.RFC3339Nano), annClaimRestarts: "2", annOneshotRouter: "router-a"}
 			for k, v := range tt.live.Annotations {
 				wantAnn[k] = v
 			}
 			if diff := cmp.Diff(wantAnn, got.Annotations); diff != "" {
 				t.Errorf("annotations (-want +got):\n%s", diff)
 			}
-			if !claimedAt(got).Equal(at) || restartedSinceClaim(got) {
-				t.Errorf("claimedAt %s restarted %v, want %s and false", claimedAt(got), restartedSinceClaim(got), at)
+			if !claimedAt(got).Equal(info.At) || restartedSinceClaim(got) {
+				t.Errorf("claimedAt %s restarted %v, want %s and false", claimedAt(got), restartedSinceClaim(got), info.At)
 			}
-			// Claimed but not yet recorded as assigned: in no set.
-			if !assignPending(got) || len(instanceSet(fn, 8080, []*corev1.Pod{got}, nil, nil)) != 0 {
-				t.Errorf("a claimed pod whose assignment is not recorded is served")
+			// What the controller assumed until the record landed is what
+			// the record made of the pod.
+			assumed := claimedCopy(tt.live, fn, info)
+			if diff := cmp.Diff(assumed.ObjectMeta, got.ObjectMeta); diff != "" {
+				t.Errorf("assumed copy and recorded pod differ (-assumed +recorded):\n%s", diff)
 			}
-			rec, err := assignedPatch(got)
-			if err != nil {
-				t.Fatal(err)
+			if len(instanceSet(fn, 8080, []*corev1.Pod{got}, nil, nil)) != 1 || len(instanceSet(fn, 8080, nil, []*corev1.Pod{assumed}, nil)) != 1 {
+				t.Error("a recorded or assumed pod is not served")
 			}
-			marked, err := applyPatch(t, got, rec)
-			if err != nil {
-				t.Fatalf("apply the record patch: %v", err)
-			}
-			if assignPending(marked) || len(instanceSet(fn, 8080, []*corev1.Pod{marked}, nil, nil)) != 1 {
-				t.Errorf("a recorded pod (annotations %v) is not served", marked.Annotations)
-			}
-			if _, err := applyPatch(t, marked, rec); err == nil {
-				t.Error("the record patch applied twice; want a failed remove")
-			}
-			other := got.DeepCopy()
-			other.UID = "uid-other"
-			if _, err := applyPatch(t, other, rec); err == nil {
-				t.Error("the record patch applied to another pod of the same name")
+			if _, err := applyPatch(t, got, patch); err == nil {
+				t.Error("the record patch applied twice; want a failed labels test")
 			}
 			got.Status.ContainerStatuses[1].RestartCount++
 			if !restartedSinceClaim(got) {
 				t.Error("a restart after the claim is not seen")
 			}
 		})
+	}
+}
+
+func TestRecordStateOf(t *testing.T) {
+	fn := testFunction("hello")
+	uid := testPod("p").UID
+	terminating := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: t0} }
+	for _, tt := range []struct {
+		name string
+		pod  *corev1.Pod
+		want recordState
+	}{
+		{"not found", nil, recordPodGone},
+		{"another pod of the name", testPod("p", func(p *corev1.Pod) { p.UID = "uid-2" }), recordPodGone},
+		{"terminating", testPod("p", terminating), recordPodGone},
+		{"pool pod", testPod("p"), recordNeeded},
+		{"recorded", testPod("p", claimedBy(fn)), recordDone},
+		{"another function's", testPod("p", claimedBy(testFunction("other"))), recordForeign},
+		{"labelled without the owner", testPod("p", labelled(v1alpha1.LabelFunction, fn.Name)), recordForeign},
+	} {
+		if got := recordStateOf(tt.pod, uid, fn); got != tt.want {
+			t.Errorf("%s: %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
 
@@ -390,11 +426,11 @@ func TestClaimsToStart(t *testing.T) {
 	}
 }
 
-func TestClaimPatchRejectsUnusableCache(t *testing.T) {
+func TestRecordPatchRejectsUnusablePod(t *testing.T) {
 	fn := testFunction("hello")
-	for _, p := range []*corev1.Pod{testPod("p", resourceVersion("")), {ObjectMeta: metav1.ObjectMeta{Name: "nolabels", ResourceVersion: "1"}}} {
-		if _, err := claimPatch(p, fn, claimInfo{At: t0}); err == nil {
-			t.Errorf("claimPatch(%s) succeeded, want an error", p.Name)
+	for _, p := range []*corev1.Pod{testPod("p", func(p *corev1.Pod) { p.UID = "" }), {ObjectMeta: metav1.ObjectMeta{Name: "nolabels", UID: "u"}}} {
+		if _, err := recordPatch(p, fn, claimInfo{At: t0}); err == nil {
+			t.Errorf("recordPatch(%s) succeeded, want an error", p.Name)
 		}
 	}
 }

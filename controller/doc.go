@@ -6,7 +6,7 @@
 // Shape: Run parses a Config and builds Kubernetes clients; serve wires the
 // parts and owns every goroutine. The decisions are pure functions in
 // decide.go (ring members from EndpointSlices, instance sets from pods,
-// claim candidates, the claim patch, scale-down victims, generations);
+// claim candidates, the claim's record patch, scale-down victims, generations);
 // controller.go feeds them informer state from work queues; claim.go carries
 // out claims; supervisor.go runs one goroutine per owned Function that feeds
 // the routers' reports into a scaling.Window, calls scaling.Decide every
@@ -15,12 +15,15 @@
 // routers' streams.
 //
 // Invariants:
-//   - Every write is a patch or a create; a claim is one JSON patch whose
-//     test ops (labels and resourceVersion as cached) make it apply only to
-//     the pod as this replica saw it, so concurrent claimers never share a pod.
+//   - The instance decides a claim: it accepts one function for its life,
+//     so concurrent claimers never share a pod (the loser gets 409 naming
+//     the holder). The record follows in the background, one JSON patch
+//     whose test ops (UID, labels and ownerReferences as last read) never
+//     overwrite another function's, retried until it lands; until then the
+//     pod is assumed. Every write is a patch or a create.
 //   - Expectations: a function's expected instances are the claimed pods the
 //     cache shows, claims it does not show yet (assumed until the informer
-//     shows them or assumedTTL passes) and claims in flight (a pod being
+//     shows them, or assumedTTL passes once their record landed) and claims in flight (a pod being
 //     claimed counts once, as its flight). A scale-up counts them and starts
 //     its flights in one critical section, and a cold GetInstance joins a
 //     flight in progress rather than claiming, so neither concurrent callers
@@ -34,7 +37,7 @@
 //     stops when the function moves, goes, or is idle with no instances; a
 //     new supervisor never scales down before one --heartbeat-timeout window.
 //   - A claimed pod whose container restarted since the claim (restart count
-//     recorded on the pod by the claim patch) is retired and deleted; a
+//     at the assign, recorded on the pod) is retired and deleted; a
 //     oneshot instance is handed to one router only (recorded on the pod),
 //     never in the shared set, and deleted on ReleaseInstance or at
 //     --oneshot-lease.
@@ -50,9 +53,9 @@
 //     fails; an object that does not convert or fails validate is cached as
 //     an invalidFunction, skipped by every decision, and reported by its
 //     owner as Degraded (reason InvalidSpec).
-//   - A claimed pod reaches no instance set while it carries
-//     skipper.dev/assign-pending (removed once the instance accepted the
-//     assign); scale-ups start at most the pool's candidates and
+//   - A pod reaches an instance set only once its instance accepted the
+//     assign (a pod an older controller marked skipper.dev/assign-pending
+//     never); scale-ups start at most the pool's candidates and
 //     --max-parallel-claims claims.
 //   - Values from routers pass wire.go's checks before anything applies
 //     them; a violation is counted and never applied.

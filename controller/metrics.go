@@ -36,6 +36,8 @@ type metrics struct {
 	informerLag      prometheus.Gauge
 	ownershipMoves   prometheus.Counter
 	wireViolations   *prometheus.CounterVec
+	unrecorded       prometheus.Gauge
+	recordFailures   prometheus.Counter
 }
 
 // Directions of skipper_controller_scale_decisions_total.
@@ -106,6 +108,14 @@ func newMetrics() *metrics {
 			Help: "Values routers sent outside their bounds, by field; none of them was applied (see the controller's wire bounds).",
 		}, []string{"field"}),
 	}
+	m.unrecorded = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "skipper_controller_claims_unrecorded",
+		Help: "Claims whose instance accepted but whose record (label, ownerReference) has not landed on the pod yet: written in the background, retried while the API server fails.",
+	})
+	m.recordFailures = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "skipper_controller_claim_record_failures_total",
+		Help: "Failed attempts to write a claim's record (each is retried until it lands or the pod is gone).",
+	})
 	for _, f := range wireFields {
 		m.wireViolations.WithLabelValues(f)
 	}
@@ -115,6 +125,7 @@ func newMetrics() *metrics {
 		m.assignments, m.assignmentTime, m.ownedFunctions, m.ringMembers,
 		m.heartbeatBatches, m.instances, m.poolWaiters, m.routerStreams,
 		m.scaleDecisions, m.informerLag, m.ownershipMoves, m.wireViolations,
+		m.unrecorded, m.recordFailures,
 	)
 	return m
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"crypto/ed25519"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -63,8 +65,11 @@ type testEnv struct {
 	assignSrv  *httptest.Server
 	assignPort int32
 
-	mu        sync.Mutex
-	assigned  []assign.Request
+	mu       sync.Mutex
+	assigned []assign.Request
+	// holds is each instance's assignment by pod UID, as the instance
+	// contract has it: one function for its life, 409 for another.
+	holds     map[string]string
 	failFn    map[string]int // function key → status to answer
 	beforeRV  func(pod *corev1.Pod)
 	patchedOK []string // pods the API server claimed
@@ -72,7 +77,7 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, failFn: map[string]int{}}
+	e := &testEnv{t: t, failFn: map[string]int{}, holds: map[string]string{}}
 	e.assignSrv = httptest.NewServer(http.HandlerFunc(e.serveAssign))
 	t.Cleanup(e.assignSrv.Close)
 	_, port, _ := net.SplitHostPort(e.assignSrv.Listener.Addr().String())
@@ -96,15 +101,48 @@ func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	uid := tokenAudience(req.Token)
 	e.mu.Lock()
 	e.assigned = append(e.assigned, req)
 	code := e.failFn[req.Function]
-	e.mu.Unlock()
-	if code != 0 {
-		http.Error(w, "refused by test", code)
-		return
+	held := e.holds[uid]
+	if code == 0 && held == "" {
+		e.holds[uid] = req.Function
 	}
-	w.WriteHeader(http.StatusOK)
+	e.mu.Unlock()
+	switch {
+	case code != 0:
+		http.Error(w, "refused by test", code)
+	case held != "" && held != req.Function:
+		w.WriteHeader(http.StatusConflict)
+		_ = json.NewEncoder(w).Encode(assign.Conflict{Reason: assign.ReasonAlreadyAssigned, Function: held, Error: "instance is assigned to " + held})
+	default:
+		w.WriteHeader(http.StatusOK)
+	}
+}
+
+// tokenAudience is the pod UID an assign token names (not verified: the
+// tests of the token are assign's).
+func tokenAudience(token string) string {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return ""
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return ""
+	}
+	var c assign.Claims
+	_ = json.Unmarshal(b, &c)
+	return c.Audience
+}
+
+// holdsFunction makes the instance of pod uid hold function key, as if an
+// earlier claim had assigned it.
+func (e *testEnv) holdsFunction(uid, key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.holds[uid] = key
 }
 
 func (e *testEnv) assignRequests() []assign.Request {
@@ -400,7 +438,8 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 		t.Errorf("config = %v", c)
 	}
 
-	// The pod carries the claim.
+	// The pod carries the claim once its record landed.
+	eventually(t, "p1's record", func() bool { return e.pod("p1").Labels[v1alpha1.LabelFunction] != "" })
 	p1 := e.pod("p1")
 	if p1.Labels[v1alpha1.LabelFunction] != "hello" || !ownedBy(p1, fn) {
 		t.Errorf("p1 labels %v owners %v: not claimed for hello", p1.Labels, p1.OwnerReferences)
@@ -510,6 +549,16 @@ func TestConcurrentCallersShareOneClaim(t *testing.T) {
 	if n := len(e.assignRequests()); n != 1 {
 		t.Errorf("%d assign requests, want 1", n)
 	}
+	countClaimed := func() int {
+		claimed := 0
+		for _, n := range []string{"p1", "p2", "p3"} {
+			if _, ok := e.pod(n).Labels[v1alpha1.LabelFunction]; ok {
+				claimed++
+			}
+		}
+		return claimed
+	}
+	eventually(t, "the claim recorded", func() bool { return countClaimed() >= 1 })
 	claimed := 0
 	for _, n := range []string{"p1", "p2", "p3"} {
 		if _, ok := e.pod(n).Labels[v1alpha1.LabelFunction]; ok {
@@ -521,28 +570,77 @@ func TestConcurrentCallersShareOneClaim(t *testing.T) {
 	}
 }
 
+// TestClaimConflictMovesToNextPod: an instance that holds another function
+// (a claim by another replica, or one never recorded) answers 409: the
+// claim moves to the next pod, and the pod is recorded for the function
+// its instance holds (adopted).
 func TestClaimConflictMovesToNextPod(t *testing.T) {
 	e := newTestEnv(t)
-	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Second))))
+	other := e.fnFor("other", "echo")
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), other, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Second))))
+	e.holdsFunction("uid-p1", "default/other")
 	r := startReplica(t, e, "ctl-0", nil, nil)
-	// Someone else writes p1 between our cache and our patch.
-	e.mu.Lock()
-	e.beforeRV = func(p *corev1.Pod) {
-		if p.Name == "p1" {
-			p.ResourceVersion = "99"
-		}
-	}
-	e.mu.Unlock()
 
 	resp, err := getInstance(t.Context(), r, "hello", nil)
 	if err != nil {
 		t.Fatalf("GetInstance: %v", err)
 	}
 	if got := resp.GetInstances()[0].GetPod(); got != "p2" {
-		t.Errorf("claimed %s, want p2 after p1's test op failed", got)
+		t.Errorf("claimed %s, want p2 after p1's instance answered 409", got)
+	}
+	eventually(t, "p1 recorded for the function its instance holds", func() bool {
+		p := e.pod("p1")
+		return p.Labels[v1alpha1.LabelFunction] == "other" && ownedBy(p, other)
+	})
+	eventually(t, "p2 recorded for hello", func() bool { return e.pod("p2").Labels[v1alpha1.LabelFunction] == "hello" })
+}
+
+// TestClaimAnsweredBeforeItsRecord: the instance's acceptance is the claim.
+// GetInstance answers while every pod write fails (an API server down);
+// the record lands once writes succeed again, and until then the claim is
+// counted as unrecorded.
+func TestClaimAnsweredBeforeItsRecord(t *testing.T) {
+	e := newTestEnv(t)
+	var down atomic.Bool
+	down.Store(true)
+	e.core.PrependReactor("patch", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if down.Load() {
+			return true, nil, apierrors.NewServiceUnavailable("API server down (test)")
+		}
+		return false, nil, nil
+	})
+	fn := e.fnFor("hello", "echo")
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance with pod writes failing: %v", err)
+	}
+	if got := resp.GetInstances(); len(got) != 1 || got[0].GetPod() != "p1" {
+		t.Fatalf("instances %v, want p1", got)
 	}
 	if _, ok := e.pod("p1").Labels[v1alpha1.LabelFunction]; ok {
-		t.Error("p1 was claimed despite the failed test op")
+		t.Fatal("p1 labelled while every pod write fails")
+	}
+	unrecorded := func(n int) bool {
+		_, body := httpGetBody(t, r.httpAddr, "/metrics")
+		return strings.Contains(body, fmt.Sprintf("skipper_controller_claims_unrecorded %d\n", n))
+	}
+	if !unrecorded(1) {
+		t.Error("skipper_controller_claims_unrecorded is not 1 while the record cannot land")
+	}
+	// A second call is answered from the assumed claim: no second claim.
+	if resp, err := getInstance(t.Context(), r, "hello", nil); err != nil || resp.GetInstances()[0].GetPod() != "p1" {
+		t.Fatalf("second GetInstance = %v, %v; want p1", resp, err)
+	}
+	down.Store(false)
+	eventually(t, "the record landed", func() bool {
+		p := e.pod("p1")
+		return p.Labels[v1alpha1.LabelFunction] == "hello" && ownedBy(p, fn) && unrecorded(0)
+	})
+	if n := len(e.assignRequests()); n != 1 {
+		t.Errorf("%d assign requests, want 1", n)
 	}
 }
 
@@ -900,7 +998,10 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 		t.Fatalf("GetInstance on A = %v, %v; want owner ctl-a", first, err)
 	}
 
-	// B joins; the function moves to B.
+	// B joins once A's claim is recorded (until then only A knows p1 is
+	// the function's: a move inside that window hands B an empty set); the
+	// function moves to B.
+	eventually(t, "p1's record", func() bool { return e.pod("p1").Labels[v1alpha1.LabelFunction] == name })
 	e.add(sliceOf("ctl-b", lb))
 	eventually(t, "A has forgotten the function", func() bool {
 		st, err := a.client.GetState(t.Context(), &skipperv1.GetStateRequest{})

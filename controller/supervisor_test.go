@@ -137,6 +137,8 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 				break
 			}
 		}
+		// The records follow the assigns in the background.
+		eventually(t, "the claims recorded", func() bool { return len(e.claimedPods()) >= most })
 		if got := e.claimedPods(); len(got) != most {
 			t.Fatalf("after scale-ups to %d: claimed %d pods %v, want %d", want, len(got), got, most)
 		}
@@ -518,9 +520,9 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 	if first.GetInstance().GetPodUid() == second.GetInstance().GetPodUid() {
 		t.Fatalf("two calls got the same instance %s", first.GetInstance().GetPod())
 	}
-	if p := e.pod(first.GetInstance().GetPod()); p.Annotations[annOneshotRouter] != routerA.GetPod() {
-		t.Errorf("oneshot pod annotations %v, want the router recorded", p.Annotations)
-	}
+	eventually(t, "the oneshot's router recorded on its pod", func() bool {
+		return e.pod(first.GetInstance().GetPod()).Annotations[annOneshotRouter] == routerA.GetPod()
+	})
 
 	release := func(name string, router *skipperv1.RouterIdentity, uid string) error {
 		_, err := r.client.ReleaseInstance(t.Context(), &skipperv1.ReleaseInstanceRequest{
@@ -839,10 +841,10 @@ func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
 	}
 }
 
-// TestPodReachesRoutersOnlyAfterAssign: a claimed pod whose instance has
-// not accepted its assignment is in no instance set, however soon the
-// informer shows the claim; it reaches routers once the assign succeeded
-// and the record patch removed the assign-pending mark.
+// TestPodReachesRoutersOnlyAfterAssign: a pod whose instance has not
+// accepted its assignment is in no instance set and is not written to
+// (the instance decides the claim); it reaches routers once the assign
+// succeeded, and its record follows.
 func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 	e := newTestEnv(t)
 	port, release, requests := blockingAssign(t)
@@ -897,11 +899,10 @@ func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 		done <- result{resp, err}
 	}()
 	eventually(t, "the assign request sent", func() bool { return requests.Load() == 1 })
-	p1 := e.pod("p1")
-	if p1.Labels[v1alpha1.LabelFunction] != "hello" || !assignPending(p1) {
-		t.Fatalf("p1 during the assign: labels %v annotations %v; want claimed and marked %s", p1.Labels, p1.Annotations, annAssignPending)
+	if _, ok := e.pod("p1").Labels[v1alpha1.LabelFunction]; ok {
+		t.Fatal("p1 labelled during its assign: the record comes only after the instance accepted")
 	}
-	// The informer shows the claim at once; give the replica time to react.
+	// Give the replica time to hand anything out.
 	time.Sleep(300 * time.Millisecond)
 	if got := servedPods(); len(got) != 0 {
 		t.Fatalf("routers were handed %v before the instance accepted its assignment", got)
@@ -921,9 +922,7 @@ func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 	if res.err != nil || len(res.resp.GetInstances()) != 1 || res.resp.GetInstances()[0].GetPod() != "p1" {
 		t.Fatalf("GetInstance = %v, %v; want p1", res.resp, res.err)
 	}
-	if p1 := e.pod("p1"); assignPending(p1) {
-		t.Errorf("p1 still marked %s after its assign succeeded", annAssignPending)
-	}
+	eventually(t, "p1 recorded", func() bool { return recordStateOf(e.pod("p1"), "uid-p1", fn) == recordDone })
 	eventually(t, "p1 pushed to the router", func() bool { return slices.Contains(servedPods(), "p1") })
 }
 
@@ -1034,6 +1033,7 @@ func TestClaimRateLimitPerRouter(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("router b: %v", err)
 	}
+	eventually(t, "two claims recorded", func() bool { return len(e.claimedPods()) >= 2 })
 	if n := len(e.claimedPods()); n != 2 {
 		t.Errorf("%d pods claimed, want 2", n)
 	}

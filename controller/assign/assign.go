@@ -55,6 +55,21 @@ type Request struct {
 	Config map[string]string `json:"config,omitempty"`
 }
 
+// ReasonAlreadyAssigned is the reason of a 409 answer to an assign: the
+// instance accepted another function before (an instance accepts exactly
+// one for its life; a repeat for the same function is accepted).
+const ReasonAlreadyAssigned = "already_assigned"
+
+// Conflict is the JSON body of that 409: it names the function the
+// instance holds, so that a controller that lost a race, or finds an
+// instance assigned but not recorded, knows whose it is.
+type Conflict struct {
+	Error  string `json:"error"`
+	Reason string `json:"reason"`
+	// Function the instance holds, "namespace/name".
+	Function string `json:"function"`
+}
+
 // Sign returns a token for claims.
 func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
 	payload, err := json.Marshal(c)

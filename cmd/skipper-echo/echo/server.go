@@ -112,8 +112,8 @@ func (s *Server) handleAssign(w http.ResponseWriter, r *http.Request) {
 	prev := s.assigned
 	if prev != nil && prev.Function != req.Function {
 		s.mu.Unlock()
-		writeError(w, http.StatusConflict, "already_assigned",
-			fmt.Sprintf("instance is assigned to %s", prev.Function))
+		writeJSON(w, http.StatusConflict, assign.Conflict{Reason: assign.ReasonAlreadyAssigned, Function: prev.Function,
+			Error: fmt.Sprintf("instance is assigned to %s", prev.Function)})
 		return
 	}
 	// A repeated assign for the same function is accepted: the controller

@@ -131,6 +131,10 @@ func TestAssign(t *testing.T) {
 				if diff := cmp.Diff(tt.wantReason, m["reason"]); diff != "" {
 					t.Errorf("reason (-want +got):\n%s", diff)
 				}
+				// A 409 names the function the instance holds (issue 15).
+				if tt.wantStatus == http.StatusConflict && m["function"] != "default/echo" {
+					t.Errorf("409 names function %v, want default/echo", m["function"])
+				}
 				return
 			}
 			want := map[string]any{"ready": true, "function": "default/echo", "pod": "echo-pool-abc", "podUID": testUID}
