@@ -207,6 +207,15 @@ Usage:
   skipper-cluster down [flags]  stop a running cluster and remove everything it
                                 made (processes, netns, links, routes, mounts,
                                 cgroups, .skipper/ runtime state); idempotent
+  skipper-cluster stop NAME [flags]
+                                stop one control-plane component of the running
+                                cluster (etcd, kube-apiserver,
+                                kube-controller-manager, kube-scheduler) while
+                                the rest keeps running; it is started again by
+                                'start', or by the cluster after 30s so that
+                                nodes stay Ready
+  skipper-cluster start NAME [flags]
+                                start it again; returns once it is ready
 
 'up' generates a CA, certificates and kubeconfigs under .skipper/pki, builds the
 network (bridge skipper-br0 198.51.100.1/24, node N in netns skipper-node<N> at
@@ -239,7 +248,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&c.LockWait, "lock-wait", envDuration("SKIPPER_LOCK_WAIT", 5*time.Minute), "how long 'up' waits for another local cluster on this machine (one with another state dir, e.g. a test's) to stop; 0 refuses at once [SKIPPER_LOCK_WAIT]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
-		fmt.Fprint(fs.Output(), "\nFlags of up and down (environment fallbacks in brackets):\n")
+		fmt.Fprint(fs.Output(), "\nFlags (environment fallbacks in brackets):\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -43,6 +43,17 @@
 // # Driving it
 //
 // Run(ctx, args, stderr) is the whole command line of bin/skipper-cluster
-// (`up`, `down`, `--help`). Up blocks until ctx is cancelled (SIGINT/SIGTERM)
-// or a child dies, then tears down exactly as Down does.
+// (`up`, `down`, `stop NAME`, `start NAME`, `--help`). Up blocks until ctx
+// is cancelled (SIGINT/SIGTERM) or a child dies, then tears down exactly as
+// Down does.
+//
+// A test may stop a control-plane component (etcd, kube-apiserver,
+// kube-controller-manager, kube-scheduler) and start it again while the
+// cluster runs: Control(ctx, stateDir, "stop"|"start", name), or
+// `bin/skipper-cluster stop kube-apiserver` and `... start kube-apiserver`
+// from a shell, served by Up on <state>/control.sock (restart.go). A start
+// returns once the component is ready; one left stopped is started again by
+// the cluster after MaxOutage (30 s), below the node-monitor grace period, so
+// nodes stay Ready. Only those components may stop: any other child exiting
+// still tears the cluster down.
 package cluster

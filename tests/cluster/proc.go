@@ -36,6 +36,7 @@ type Proc struct {
 	Pid     int
 	LogPath string
 	cmd     *exec.Cmd
+	spec    ProcSpec // as started (a restart starts it again)
 	done    chan struct{}
 	err     error // valid once done is closed
 }
@@ -81,7 +82,7 @@ func (s State) startProc(spec ProcSpec) (*Proc, error) {
 	if err := start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Name, err)
 	}
-	p := &Proc{Name: spec.Name, Pid: cmd.Process.Pid, LogPath: logPath, cmd: cmd, done: make(chan struct{})}
+	p := &Proc{Name: spec.Name, Pid: cmd.Process.Pid, LogPath: logPath, cmd: cmd, spec: spec, done: make(chan struct{})}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)

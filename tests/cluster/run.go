@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 )
 
 // Run is the command line of bin/skipper-cluster: `up`, `down` or `--help`.
@@ -17,6 +18,24 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	switch cmd := args[0]; cmd {
+	case "stop", "start":
+		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
+			return fmt.Errorf("%s needs a component: one of %s", cmd, strings.Join(restartable, ", "))
+		}
+		cfg, err := parseFlags(cmd, args[2:], stderr)
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, cfg.StartTimeout+cfg.StopTimeout)
+		defer cancel()
+		if err := Control(ctx, cfg.State.Dir, cmd, args[1]); err != nil {
+			return err
+		}
+		log.Info("done", "command", cmd, "component", args[1])
+		return nil
 	case "up", "down":
 		cfg, err := parseFlags(cmd, args[1:], stderr)
 		if errors.Is(err, flag.ErrHelp) {
@@ -37,6 +56,6 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	default:
 		fmt.Fprint(stderr, usageHead)
-		return fmt.Errorf("unknown command %q: want up or down", cmd)
+		return fmt.Errorf("unknown command %q: want up, down, stop or start", cmd)
 	}
 }

@@ -32,9 +32,16 @@ var kubeComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager
 type cluster struct {
 	cfg     *Config
 	log     *slog.Logger
-	procs   []*Proc // in start order
 	proxies []*Proc // kube-proxy of node 1, 2, ...
 	cg      Cgroups
+	died    chan *Proc // children that exited (watch)
+
+	mu    sync.Mutex
+	procs []*Proc // in start order; a restarted component takes its old slot
+	// restart: how each restartable component starts (restart.go);
+	// retiredProcs: processes Control stopped, whose exit is expected.
+	restart      map[string]restartSpec
+	retiredProcs map[*Proc]bool
 }
 
 // Up starts the cluster and blocks until ctx ends or a child dies, then
@@ -73,7 +80,7 @@ func Up(ctx context.Context, cfg *Config, log *slog.Logger) (err error) {
 	if err := writePidFile(cfg.State.PidPath(UpPidName), os.Getpid()); err != nil {
 		return err
 	}
-	c := &cluster{cfg: cfg, log: log}
+	c := &cluster{cfg: cfg, log: log, died: make(chan *Proc, 64), retiredProcs: map[*Proc]bool{}}
 	defer func() {
 		log.Info("tearing down")
 		if terr := c.teardown(); terr != nil {
@@ -171,41 +178,53 @@ func (c *cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	etcd, err := c.spawn(c.cg.Place(cfg.etcdSpec(), c.cg.ControlPlaneRel()))
+	etcdReady := func(ctx context.Context, p *Proc) error {
+		return waitHTTP(ctx, &http.Client{Timeout: 3 * time.Second}, etcdClientURL+"/health", p, cfg.StartTimeout)
+	}
+	etcd, err := c.spawnRestartable(c.cg.Place(cfg.etcdSpec(), c.cg.ControlPlaneRel()), etcdReady)
 	if err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, &http.Client{Timeout: 3 * time.Second}, etcdClientURL+"/health", etcd, cfg.StartTimeout); err != nil {
+	if err := etcdReady(ctx, etcd); err != nil {
 		return err
 	}
 	log.Info("etcd ready")
 
-	api, err := c.spawn(c.cg.Place(cfg.apiserverSpec(), c.cg.ControlPlaneRel()))
-	if err != nil {
-		return err
-	}
 	hc, err := adminHTTPClient(pki)
 	if err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, hc, cfg.apiserverURL()+"/readyz", api, cfg.StartTimeout); err != nil {
+	apiReady := func(ctx context.Context, p *Proc) error {
+		return waitHTTP(ctx, hc, cfg.apiserverURL()+"/readyz", p, cfg.StartTimeout)
+	}
+	api, err := c.spawnRestartable(c.cg.Place(cfg.apiserverSpec(), c.cg.ControlPlaneRel()), apiReady)
+	if err != nil {
+		return err
+	}
+	if err := apiReady(ctx, api); err != nil {
 		return err
 	}
 	log.Info("kube-apiserver ready", "url", cfg.apiserverURL())
 
-	kcm, err := c.spawn(c.cg.Place(cfg.kcmSpec(), c.cg.ControlPlaneRel()))
-	if err != nil {
-		return err
-	}
-	sched, err := c.spawn(c.cg.Place(cfg.schedulerSpec(), c.cg.ControlPlaneRel()))
-	if err != nil {
-		return err
-	}
 	lc := loopbackHealthClient()
-	if err := waitHTTP(ctx, lc, fmt.Sprintf("https://127.0.0.1:%d/healthz", kcmPort), kcm, cfg.StartTimeout); err != nil {
+	healthz := func(port int) readyFunc {
+		return func(ctx context.Context, p *Proc) error {
+			return waitHTTP(ctx, lc, fmt.Sprintf("https://127.0.0.1:%d/healthz", port), p, cfg.StartTimeout)
+		}
+	}
+	kcmReady, schedReady := healthz(kcmPort), healthz(schedulerPort)
+	kcm, err := c.spawnRestartable(c.cg.Place(cfg.kcmSpec(), c.cg.ControlPlaneRel()), kcmReady)
+	if err != nil {
 		return err
 	}
-	if err := waitHTTP(ctx, lc, fmt.Sprintf("https://127.0.0.1:%d/healthz", schedulerPort), sched, cfg.StartTimeout); err != nil {
+	sched, err := c.spawnRestartable(c.cg.Place(cfg.schedulerSpec(), c.cg.ControlPlaneRel()), schedReady)
+	if err != nil {
+		return err
+	}
+	if err := kcmReady(ctx, kcm); err != nil {
+		return err
+	}
+	if err := schedReady(ctx, sched); err != nil {
 		return err
 	}
 	log.Info("kube-controller-manager and kube-scheduler ready")
@@ -233,7 +252,9 @@ func (c *cluster) spawn(spec ProcSpec) (*Proc, error) {
 	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
 	c.procs = append(c.procs, p)
+	c.mu.Unlock()
 	c.log.Info("started", "name", p.Name, "pid", p.Pid, "log", p.LogPath)
 	return p, nil
 }
@@ -360,6 +381,8 @@ func (c *cluster) poll(ctx context.Context, what string, timeout time.Duration, 
 }
 
 func (c *cluster) dead() *Proc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	for _, p := range c.procs {
 		select {
 		case <-p.Done():
@@ -462,24 +485,31 @@ func podSummary(ctx context.Context, cs kubernetes.Interface) string {
 	return b.String()
 }
 
-// supervise blocks until ctx ends (nil) or a child dies (an error).
+// supervise blocks until ctx ends (nil) or a child dies (an error); a
+// component Control stopped is not a death. It serves the control socket
+// meanwhile.
 func (c *cluster) supervise(ctx context.Context) error {
-	died := make(chan *Proc, len(c.procs))
+	c.mu.Lock()
 	for _, p := range c.procs {
-		go func() {
-			select {
-			case <-p.Done():
-				died <- p
-			case <-ctx.Done():
-			}
-		}()
+		c.watch(ctx, p)
 	}
-	select {
-	case <-ctx.Done():
-		c.log.Info("stopping on signal")
-		return nil
-	case p := <-died:
-		return fmt.Errorf("%s exited unexpectedly (%v); last lines of %s:\n%s", p.Name, p.Err(), p.LogPath, tailFile(p.LogPath, 25))
+	c.mu.Unlock()
+	stopControl, err := c.serveControl(ctx)
+	if err != nil {
+		return err
+	}
+	defer stopControl()
+	for {
+		select {
+		case <-ctx.Done():
+			c.log.Info("stopping on signal")
+			return nil
+		case p := <-c.died:
+			if c.stoppedOnRequest(p) {
+				continue
+			}
+			return fmt.Errorf("%s exited unexpectedly (%v); last lines of %s:\n%s", p.Name, p.Err(), p.LogPath, tailFile(p.LogPath, 25))
+		}
 	}
 }
 
@@ -487,15 +517,18 @@ func (c *cluster) supervise(ctx context.Context) error {
 func (c *cluster) teardown() error {
 	// The nodes first and all at once (each node agent stops its pods
 	// within their grace), then the control plane in reverse start order.
+	c.mu.Lock()
+	procs := slices.Clone(c.procs)
+	c.mu.Unlock()
 	var wg sync.WaitGroup
-	for _, p := range c.procs {
+	for _, p := range procs {
 		if stopRank(p.Name) == 0 {
 			wg.Go(func() { p.stop(c.cfg.StopTimeout) })
 		}
 	}
 	wg.Wait()
-	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop(c.cfg.StopTimeout) // a no-op for the stopped
+	for i := len(procs) - 1; i >= 0; i-- {
+		procs[i].stop(c.cfg.StopTimeout) // a no-op for the stopped
 	}
 	return c.cfg.sweep(c.log)
 }

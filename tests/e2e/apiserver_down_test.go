@@ -1,0 +1,154 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/tests/cluster"
+)
+
+// unclaimedReady counts the echo pool's Ready pods no function holds.
+func unclaimedReady(ctx context.Context) (int, error) {
+	pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{
+		LabelSelector: v1alpha1.LabelPool + "=echo,!" + v1alpha1.LabelFunction})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && podReady(p) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// unrecorded sums skipper_controller_claims_unrecorded over the
+// controllers.
+func unrecorded(t *testing.T) float64 {
+	t.Helper()
+	sum := 0.0
+	for _, u := range env.controllerURLs {
+		sum += metricSum(t, u, "skipper_controller_claims_unrecorded", nil)
+	}
+	return sum
+}
+
+// TestColdStartWhileAPIServerDown (issue 15): the instance decides a claim
+// and the record follows, so a warm pool serves a new Function's first call
+// with kube-apiserver stopped; once it is back, the pod carries the
+// function's label and ownerReference and the pool refills.
+func TestColdStartWhileAPIServerDown(t *testing.T) {
+	stateDir := filepath.Join(env.root, ".skipper")
+	name := fmt.Sprintf("apidown-%d", time.Now().UnixNano()%1e6)
+	createFunction(t, name, map[string]any{"maxInstances": int64(1)})
+	// The owner has cached the Function (it writes its status), and the
+	// pool has a warm pod to give.
+	eventually(t, 20*time.Second, "the Function owned and a warm pool pod ready", func(ctx context.Context) error {
+		if owner, _ := functionStatus(t, name)["owner"].(string); owner == "" {
+			return errors.New("no owner in status yet")
+		}
+		if n, err := unclaimedReady(ctx); err != nil || n == 0 {
+			return fmt.Errorf("%d unclaimed ready pool pods (%v)", n, err)
+		}
+		return nil
+	})
+	pool, err := env.kube.AppsV1().Deployments("default").Get(context.Background(), "echo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn, err := env.dyn.Resource(v1alpha1.Resource).Namespace("default").Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cluster.Control(ctx, stateDir, "stop", "kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	started := false
+	start := func() {
+		if started {
+			return
+		}
+		started = true
+		if err := cluster.Control(ctx, stateDir, "start", "kube-apiserver"); err != nil && !strings.Contains(err.Error(), "not stopped") {
+			t.Fatalf("start kube-apiserver: %v", err)
+		}
+		t.Logf("kube-apiserver down for %s", time.Since(stopped).Round(time.Millisecond))
+	}
+	t.Cleanup(start)
+	if _, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
+		t.Fatal("kube-apiserver still answers after the stop")
+	}
+
+	client := &http.Client{Timeout: 10 * time.Second}
+	uid, err := callPod(t, client, "default/"+name, "")
+	if err != nil {
+		t.Fatalf("first call with kube-apiserver down: %v", err)
+	}
+	if n := unrecorded(t); n < 1 {
+		t.Errorf("skipper_controller_claims_unrecorded sums to %v with kube-apiserver down, want at least 1", n)
+	}
+	if again, err := callPod(t, client, "default/"+name, ""); err != nil || again != uid {
+		t.Errorf("second call: pod %s, %v; want the same pod %s", again, err, uid)
+	}
+	start()
+
+	eventually(t, 30*time.Second, "the claim recorded on the pod", func(ctx context.Context) error {
+		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + name})
+		if err != nil {
+			return err
+		}
+		for _, p := range pods.Items {
+			if string(p.UID) == uid {
+				if !ownedBy(p, fn) {
+					return fmt.Errorf("pod %s labelled but not owned by the Function: %v", p.Name, p.OwnerReferences)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("pod %s not labelled for %s yet", uid, name)
+	})
+	eventually(t, 15*time.Second, "no claim left unrecorded", func(context.Context) error {
+		if n := unrecorded(t); n != 0 {
+			return fmt.Errorf("%v unrecorded", n)
+		}
+		return nil
+	})
+	want := int(*pool.Spec.Replicas)
+	eventually(t, 60*time.Second, "the pool refilled", func(ctx context.Context) error {
+		n, err := unclaimedReady(ctx)
+		if err != nil {
+			return err
+		}
+		if n < want {
+			return fmt.Errorf("%d of %d warm pool pods ready", n, want)
+		}
+		return nil
+	})
+	// Nodes stayed Ready through the outage.
+	nodes, err := env.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+				t.Errorf("node %s not Ready after the outage: %s", n.Name, c.Message)
+			}
+		}
+	}
+}
