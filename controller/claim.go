@@ -3,6 +3,7 @@ package controller
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -359,10 +360,12 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 	}
 	start := time.Now()
 	info := claimInfo{Restarts: restarts(p), Router: router}
-	if err := c.assignPod(ctx, p, fn, port); err != nil {
+	if err := c.assignPod(ctx, p, fn, port, rand.Text()); err != nil {
 		var held *heldError
 		if errors.As(err, &held) {
-			c.adopt(p, held.function)
+			if held.function != fn.Key() {
+				c.adopt(p, held.function)
+			} // else another claim of fn won it (oneshot): its own record follows
 			return nil, fmt.Errorf("%w: %v", errClaimLost, err)
 		}
 		// The instance may or may not have accepted: it can serve nobody
@@ -431,9 +434,11 @@ func (c *controller) startRecord(pod *corev1.Pod, fn *v1alpha1.Function, info cl
 	c.metrics.unrecorded.Set(float64(len(c.recording)))
 	c.mu.Unlock()
 	c.wg.Go(func() {
+		st := recordNeeded
 		defer func() {
 			c.mu.Lock()
 			delete(c.recording, pod.UID)
+			c.recordEndedLocked(fn.Key(), pod.UID, st, time.Now())
 			c.metrics.unrecorded.Set(float64(len(c.recording)))
 			c.mu.Unlock()
 		}()
@@ -443,63 +448,89 @@ func (c *controller) startRecord(pod *corev1.Pod, fn *v1alpha1.Function, info cl
 		ctx, cancel := context.WithCancel(context.WithoutCancel(c.runCtx))
 		defer cancel()
 		defer context.AfterFunc(c.runCtx, func() { time.AfterFunc(c.cfg.AssignTimeout, cancel) })()
-		c.record(ctx, pod, fn, info)
+		st = c.record(ctx, pod, fn, info)
 	})
 }
 
 // record writes the claim's record until it lands, the pod is gone or
-// holds another function's record, or ctx ends: each try patches the pod
-// as last read (the cache's first, then a fresh read after a failed test
-// op), with exponential backoff while the API server fails.
-func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) {
+// holds another function's record, or ctx ends, and returns how it ended:
+// each try patches the pod as last read (the cache's first, then a fresh
+// read after a failed test op), with exponential backoff after every
+// failure (a 422 that is not a test op, an admission webhook's say, must
+// not spin).
+func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) recordState {
 	uid := pod.UID
 	cur := pod
 	backoff := recordBackoffBase
 	for attempt := 1; ; attempt++ {
-		switch recordStateOf(cur, uid, fn) {
+		switch st := recordStateOf(cur, uid, fn); st {
 		case recordDone:
-			return
+			return st
 		case recordPodGone:
 			c.log.Info("claimed pod gone before its record", "function", fn.Key(), "pod", pod.Namespace+"/"+pod.Name)
-			return
+			return st
 		case recordForeign:
 			// The instance accepted fn, the pod says otherwise: nothing
-			// here may overwrite it. Its container is fn's all the same;
-			// keep it out of every set.
+			// here may overwrite it.
 			c.log.Error("claimed pod recorded for another function", "function", fn.Key(), "pod", pod.Namespace+"/"+pod.Name,
 				"labelled", cur.Labels[v1alpha1.LabelFunction])
-			c.retire(uid, time.Now().Add(assumedTTL))
-			return
+			return st
 		}
 		err := c.recordOnce(ctx, cur, fn, info)
 		if err == nil {
 			if attempt > 1 {
 				c.log.Info("claim recorded", "function", fn.Key(), "pod", pod.Name, "attempts", attempt)
 			}
-			return
+			return recordDone
 		}
 		c.metrics.recordFailures.Inc()
 		if errors.Is(err, errClaimLost) {
-			// A test op failed or the pod is gone: read it again and decide.
-			live, gerr := c.core.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+			// A test op failed or the pod is gone: read it again and decide
+			// after the backoff.
+			gctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+			live, gerr := c.core.CoreV1().Pods(pod.Namespace).Get(gctx, pod.Name, metav1.GetOptions{})
+			cancel()
 			switch {
 			case gerr == nil:
 				cur = live
-				continue
 			case apierrors.IsNotFound(gerr):
 				cur = nil
-				continue
+			default:
+				err = errors.Join(err, gerr)
 			}
-			err = gerr
 		}
 		c.log.Warn("record of claim failed, retrying", "function", fn.Key(), "pod", pod.Name, "attempt", attempt, "in", backoff, "err", err)
 		select {
 		case <-ctx.Done():
 			c.log.Warn("claim left unrecorded at shutdown (the next owner adopts it)", "function", fn.Key(), "pod", pod.Name)
-			return
+			return recordNeeded
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, recordBackoffMax)
+	}
+}
+
+// recordEnded updates what the controller assumes once a record's writer
+// ended: a landed record starts the assumed pod's assumedTTL anew (the
+// informer may take a while to show it after an outage, and until then
+// the pod must stay the function's); a pod gone or recorded for another
+// function leaves every set. c.mu is held.
+func (c *controller) recordEndedLocked(key string, uid types.UID, st recordState, now time.Time) {
+	switch st {
+	case recordDone:
+		for i := range c.assumed[key] {
+			if c.assumed[key][i].pod.UID == uid {
+				c.assumed[key][i].at = now
+			}
+		}
+	case recordPodGone, recordForeign:
+		c.assumed[key] = slices.DeleteFunc(c.assumed[key], func(a assumedPod) bool { return a.pod.UID == uid })
+		if len(c.assumed[key]) == 0 {
+			delete(c.assumed, key)
+		}
+		if until := now.Add(assumedTTL); until.After(c.retired[uid]) {
+			c.retired[uid] = until
+		}
 	}
 }
 
@@ -525,7 +556,7 @@ func (c *controller) recordOnce(ctx context.Context, cur *corev1.Pod, fn *v1alph
 }
 
 // assignPod posts the assignment to the claimed pod and expects 200.
-func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, port int32) error {
+func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, port int32, claim string) error {
 	now := time.Now()
 	token, err := assign.Sign(c.key, assign.Claims{
 		Audience: string(pod.UID),
@@ -543,6 +574,7 @@ func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha
 		Oneshot:        fn.Spec.Oneshot,
 		TimeoutSeconds: fn.Spec.TimeoutOrZero().Seconds(),
 		Config:         fn.Spec.Config,
+		Claim:          claim,
 	})
 	if err != nil {
 		return err

@@ -543,3 +543,46 @@ func TestTargetInFlightHonoursConcurrencyLimit(t *testing.T) {
 		})
 	}
 }
+
+// TestAssumedWhileRecording: a claim whose record is still being written
+// stays assumed past assumedTTL (an API server outage); once it lands, the
+// TTL runs from then (the informer may lag after the outage); a pod gone
+// before its record leaves the set and is retired.
+func TestAssumedWhileRecording(t *testing.T) {
+	fn := testFunction("hello")
+	key := fn.Key()
+	p := claimedCopy(testPod("p"), fn, claimInfo{At: t0})
+	newC := func() *controller {
+		return &controller{
+			assumed:   map[string][]assumedPod{key: {{pod: p, at: t0}}},
+			recording: map[types.UID]bool{p.UID: true},
+			retired:   map[types.UID]time.Time{},
+		}
+	}
+	c := newC()
+	late := t0.Add(assumedTTL + time.Minute)
+	if got := c.assumedLocked(key, nil, late); len(got) != 1 {
+		t.Fatalf("assumed while recording, past the TTL: %d pods, want 1", len(got))
+	}
+	delete(c.recording, p.UID)
+	c.recordEndedLocked(key, p.UID, recordDone, late)
+	if got := c.assumedLocked(key, nil, late.Add(assumedTTL/2)); len(got) != 1 {
+		t.Errorf("half a TTL after the record landed: %d pods, want 1", len(got))
+	}
+	if got := c.assumedLocked(key, nil, late.Add(assumedTTL+time.Second)); len(got) != 0 {
+		t.Errorf("a TTL after the record landed: %d pods, want 0", len(got))
+	}
+
+	c = newC()
+	delete(c.recording, p.UID)
+	if got := c.assumedLocked(key, nil, late); len(got) != 0 {
+		t.Errorf("not recording, past the TTL: %d pods, want 0", len(got))
+	}
+
+	c = newC()
+	delete(c.recording, p.UID)
+	c.recordEndedLocked(key, p.UID, recordPodGone, t0)
+	if got := c.assumedLocked(key, nil, t0); len(got) != 0 || !c.retiredLocked(p.UID, t0) {
+		t.Errorf("pod gone before its record: %d assumed, retired %v; want 0 and retired", len(got), c.retiredLocked(p.UID, t0))
+	}
+}

@@ -69,15 +69,16 @@ type testEnv struct {
 	assigned []assign.Request
 	// holds is each instance's assignment by pod UID, as the instance
 	// contract has it: one function for its life, 409 for another.
-	holds     map[string]string
-	failFn    map[string]int // function key → status to answer
-	beforeRV  func(pod *corev1.Pod)
-	patchedOK []string // pods the API server claimed
+	holds      map[string]string
+	holdClaims map[string]string // a oneshot holder's claim id, by pod UID
+	failFn     map[string]int    // function key → status to answer
+	beforeRV   func(pod *corev1.Pod)
+	patchedOK  []string // pods the API server claimed
 }
 
 func newTestEnv(t *testing.T) *testEnv {
 	t.Helper()
-	e := &testEnv{t: t, failFn: map[string]int{}, holds: map[string]string{}}
+	e := &testEnv{t: t, failFn: map[string]int{}, holds: map[string]string{}, holdClaims: map[string]string{}}
 	e.assignSrv = httptest.NewServer(http.HandlerFunc(e.serveAssign))
 	t.Cleanup(e.assignSrv.Close)
 	_, port, _ := net.SplitHostPort(e.assignSrv.Listener.Addr().String())
@@ -105,15 +106,18 @@ func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
 	e.mu.Lock()
 	e.assigned = append(e.assigned, req)
 	code := e.failFn[req.Function]
-	held := e.holds[uid]
+	held, heldClaim := e.holds[uid], e.holdClaims[uid]
 	if code == 0 && held == "" {
 		e.holds[uid] = req.Function
+		if req.Oneshot {
+			e.holdClaims[uid] = req.Claim
+		}
 	}
 	e.mu.Unlock()
 	switch {
 	case code != 0:
 		http.Error(w, "refused by test", code)
-	case held != "" && held != req.Function:
+	case held != "" && (held != req.Function || req.Oneshot && heldClaim != req.Claim):
 		w.WriteHeader(http.StatusConflict)
 		_ = json.NewEncoder(w).Encode(assign.Conflict{Reason: assign.ReasonAlreadyAssigned, Function: held, Error: "instance is assigned to " + held})
 	default:

@@ -42,7 +42,7 @@ func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { retu
 // target 1 in flight, idleTimeout 30s), 6 ready pool pods, and instances
 // whose assign endpoint answers 200 in memory, counted in assigned.
 func fakeTimeController(t *testing.T) (e *testEnv, c *controller, cfg Config, assigned *atomic.Int32) {
-	e = &testEnv{t: t, failFn: map[string]int{}}
+	e = &testEnv{t: t, failFn: map[string]int{}, holds: map[string]string{}, holdClaims: map[string]string{}}
 	e.core = fake.NewClientset()
 	e.core.PrependReactor("patch", "pods", e.patchPod)
 	e.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),

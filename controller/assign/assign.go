@@ -53,6 +53,12 @@ type Request struct {
 	TimeoutSeconds float64 `json:"timeoutSeconds,omitempty"`
 	// Config is the Function's spec.config.
 	Config map[string]string `json:"config,omitempty"`
+	// Claim identifies the claim sending it (random). An instance accepts a
+	// repeat assign for the function it holds (a controller that lost the
+	// answer retries), but for a oneshot function only from the same
+	// claim: a oneshot instance belongs to one call, and two claims of it
+	// must not both win.
+	Claim string `json:"claim,omitempty"`
 }
 
 // ReasonAlreadyAssigned is the reason of a 409 answer to an assign: the

@@ -108,12 +108,31 @@ func (c *cluster) stopComponent(ctx context.Context, name string) error {
 	c.mu.Unlock()
 	p.stop(c.cfg.StopTimeout)
 	c.log.Info("stopped on request", "name", name, "restart_by", MaxOutage)
-	time.AfterFunc(MaxOutage, func() {
-		if err := c.startComponent(ctx, name); err == nil {
+	t := time.AfterFunc(MaxOutage, func() {
+		switch err := c.startComponent(ctx, name); {
+		case err == nil:
 			c.log.Warn("started again after the longest outage allowed", "name", name, "max", MaxOutage)
+		case !errors.Is(err, errNotStopped) && !errors.Is(err, errClosing):
+			c.log.Error("start after the longest outage allowed failed", "name", name, "err", err)
 		}
 	})
+	c.mu.Lock()
+	c.outages[name] = t
+	c.mu.Unlock()
 	return nil
+}
+
+// errClosing: a start while the cluster tears down.
+var errClosing = errors.New("the cluster is stopping")
+
+// closeControl ends every pending restart: teardown stops what runs.
+func (c *cluster) closeControl() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closing = true
+	for _, t := range c.outages {
+		t.Stop()
+	}
 }
 
 // errNotStopped: start of a component that runs.
@@ -129,9 +148,25 @@ func (c *cluster) startComponent(ctx context.Context, name string) error {
 		c.mu.Unlock()
 		return fmt.Errorf("%q is not a restartable component (want one of %s)", name, strings.Join(restartable, ", "))
 	}
+	if c.closing {
+		c.mu.Unlock()
+		return errClosing
+	}
 	if !c.retiredProcs[old] {
 		c.mu.Unlock()
 		return fmt.Errorf("%s: %w", name, errNotStopped)
+	}
+	select {
+	case <-old.Done():
+	default:
+		// A stop in progress (its client gave up waiting): the new copy
+		// would not bind.
+		c.mu.Unlock()
+		return fmt.Errorf("%s is still stopping", name)
+	}
+	if t := c.outages[name]; t != nil {
+		t.Stop()
+		delete(c.outages, name)
 	}
 	p, err := c.cfg.State.startProc(rs.spec)
 	if err != nil {

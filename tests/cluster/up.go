@@ -42,6 +42,8 @@ type cluster struct {
 	// retiredProcs: processes Control stopped, whose exit is expected.
 	restart      map[string]restartSpec
 	retiredProcs map[*Proc]bool
+	outages      map[string]*time.Timer // the MaxOutage restart of each stopped component
+	closing      bool                   // teardown began: nothing starts again
 }
 
 // Up starts the cluster and blocks until ctx ends or a child dies, then
@@ -80,7 +82,7 @@ func Up(ctx context.Context, cfg *Config, log *slog.Logger) (err error) {
 	if err := writePidFile(cfg.State.PidPath(UpPidName), os.Getpid()); err != nil {
 		return err
 	}
-	c := &cluster{cfg: cfg, log: log, died: make(chan *Proc, 64), retiredProcs: map[*Proc]bool{}}
+	c := &cluster{cfg: cfg, log: log, died: make(chan *Proc, 64), retiredProcs: map[*Proc]bool{}, outages: map[string]*time.Timer{}}
 	defer func() {
 		log.Info("tearing down")
 		if terr := c.teardown(); terr != nil {
@@ -517,6 +519,7 @@ func (c *cluster) supervise(ctx context.Context) error {
 func (c *cluster) teardown() error {
 	// The nodes first and all at once (each node agent stops its pods
 	// within their grace), then the control plane in reverse start order.
+	c.closeControl()
 	c.mu.Lock()
 	procs := slices.Clone(c.procs)
 	c.mu.Unlock()

@@ -33,12 +33,29 @@ func unclaimedReady(ctx context.Context) (int, error) {
 	return n, nil
 }
 
+// controllerMetricsURLs are the running controllers' metrics URLs (the
+// env file's may be stale: e2e kills controllers).
+func controllerMetricsURLs(t *testing.T) []string {
+	t.Helper()
+	pods, err := env.kube.CoreV1().Pods("skipper-system").List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skipper-controller"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var urls []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil && podReady(p) {
+			urls = append(urls, "http://"+p.Status.PodIP+":9091/metrics")
+		}
+	}
+	return urls
+}
+
 // unrecorded sums skipper_controller_claims_unrecorded over the
-// controllers.
-func unrecorded(t *testing.T) float64 {
+// controllers at urls.
+func unrecorded(t *testing.T, urls []string) float64 {
 	t.Helper()
 	sum := 0.0
-	for _, u := range env.controllerURLs {
+	for _, u := range urls {
 		sum += metricSum(t, u, "skipper_controller_claims_unrecorded", nil)
 	}
 	return sum
@@ -52,6 +69,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	stateDir := filepath.Join(env.root, ".skipper")
 	name := fmt.Sprintf("apidown-%d", time.Now().UnixNano()%1e6)
 	createFunction(t, name, map[string]any{"maxInstances": int64(1)})
+	created := time.Now()
 	// The owner has cached the Function (it writes its status), and the
 	// pool has a warm pod to give.
 	eventually(t, 20*time.Second, "the Function owned and a warm pool pod ready", func(ctx context.Context) error {
@@ -72,6 +90,8 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	t.Logf("owned and a warm pod ready after %s", time.Since(created).Round(time.Millisecond))
+	ctls := controllerMetricsURLs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	if err := cluster.Control(ctx, stateDir, "stop", "kube-apiserver"); err != nil {
@@ -84,7 +104,10 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 			return
 		}
 		started = true
-		if err := cluster.Control(ctx, stateDir, "start", "kube-apiserver"); err != nil && !strings.Contains(err.Error(), "not stopped") {
+		// Its own context: the cleanup runs after the test's has ended.
+		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
+		defer scancel()
+		if err := cluster.Control(sctx, stateDir, "start", "kube-apiserver"); err != nil && !strings.Contains(err.Error(), "not stopped") {
 			t.Fatalf("start kube-apiserver: %v", err)
 		}
 		t.Logf("kube-apiserver down for %s", time.Since(stopped).Round(time.Millisecond))
@@ -99,7 +122,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	if err != nil {
 		t.Fatalf("first call with kube-apiserver down: %v", err)
 	}
-	if n := unrecorded(t); n < 1 {
+	if n := unrecorded(t, ctls); n < 1 {
 		t.Errorf("skipper_controller_claims_unrecorded sums to %v with kube-apiserver down, want at least 1", n)
 	}
 	if again, err := callPod(t, client, "default/"+name, ""); err != nil || again != uid {
@@ -122,8 +145,9 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 		}
 		return fmt.Errorf("pod %s not labelled for %s yet", uid, name)
 	})
+	t.Logf("recorded %s after the stop", time.Since(stopped).Round(time.Millisecond))
 	eventually(t, 15*time.Second, "no claim left unrecorded", func(context.Context) error {
-		if n := unrecorded(t); n != 0 {
+		if n := unrecorded(t, ctls); n != 0 {
 			return fmt.Errorf("%v unrecorded", n)
 		}
 		return nil
@@ -139,6 +163,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 		}
 		return nil
 	})
+	t.Logf("pool refilled %s after the stop", time.Since(stopped).Round(time.Millisecond))
 	// Nodes stayed Ready through the outage.
 	nodes, err := env.kube.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
 	if err != nil {

@@ -110,14 +110,15 @@ func (s *Server) handleAssign(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	prev := s.assigned
-	if prev != nil && prev.Function != req.Function {
+	if prev != nil && (prev.Function != req.Function || prev.Request.Oneshot && prev.Request.Claim != req.Claim) {
 		s.mu.Unlock()
 		writeJSON(w, http.StatusConflict, assign.Conflict{Reason: assign.ReasonAlreadyAssigned, Function: prev.Function,
 			Error: fmt.Sprintf("instance is assigned to %s", prev.Function)})
 		return
 	}
 	// A repeated assign for the same function is accepted: the controller
-	// retries when it lost the answer, and may hand over a newer config.
+	// retries when it lost the answer, and may hand over a newer config;
+	// for a oneshot function only from the claim that won (above).
 	s.assigned = &assignment{Function: req.Function, Request: req, At: s.now()}
 	s.mu.Unlock()
 	if prev == nil {

@@ -145,6 +145,33 @@ func TestAssign(t *testing.T) {
 	}
 }
 
+// TestOneshotAssignOnlyFromItsClaim: a oneshot instance accepts a repeat
+// assign only from the claim that won it; another claim of the same
+// function gets 409 naming it (two claims must not share one call's
+// instance).
+func TestOneshotAssignOnlyFromItsClaim(t *testing.T) {
+	f := newFixture(t, true)
+	body := func(claim string) string {
+		b, err := json.Marshal(assign.Request{Token: f.token(t, testUID, "default/once", time.Minute), Function: "default/once", Oneshot: true, Claim: claim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for _, tt := range []struct {
+		claim string
+		want  int
+	}{{"a", 200}, {"a", 200}, {"b", 409}} {
+		status, m := f.assign(t, body(tt.claim))
+		if status != tt.want {
+			t.Fatalf("claim %s: %d %v, want %d", tt.claim, status, m, tt.want)
+		}
+		if status == http.StatusConflict && m["function"] != "default/once" {
+			t.Errorf("409 names %v, want default/once", m["function"])
+		}
+	}
+}
+
 func TestAssignKeyAppearsLate(t *testing.T) {
 	f := newFixture(t, false)
 	body := assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo")
