@@ -33,8 +33,10 @@ func unclaimedReady(ctx context.Context) (int, error) {
 	return n, nil
 }
 
-// controllerMetricsURLs are the running controllers' metrics URLs (the
-// env file's may be stale: e2e kills controllers).
+// controllerMetricsURLs are the ready controllers' metrics URLs, listed
+// now: the env file's CONTROLLER_METRICS_URLS are those of make up's
+// replicas, and a controller an earlier test killed comes back at another
+// address when its cluster is re-used.
 func controllerMetricsURLs(t *testing.T) []string {
 	t.Helper()
 	pods, err := env.kube.CoreV1().Pods("skipper-system").List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skipper-controller"})

@@ -292,7 +292,7 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	}
 	violations := func() float64 {
 		var n float64
-		for _, u := range env.controllerURLs {
+		for _, u := range controllerMetricsURLs(t) {
 			n += counterSum(t, u, "skipper_controller_wire_violations_total", nil)
 		}
 		return n

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,13 +18,12 @@ import (
 
 // env is the cluster the tests run against.
 var env struct {
-	root           string
-	kubeconfig     string
-	routerURL      string
-	routerMetrics  string
-	controllerURLs []string
-	kube           kubernetes.Interface
-	dyn            dynamic.Interface
+	root          string
+	kubeconfig    string
+	routerURL     string
+	routerMetrics string
+	kube          kubernetes.Interface
+	dyn           dynamic.Interface
 }
 
 // upTimeout bounds a cluster start (the binaries are built by make first).
@@ -68,7 +66,6 @@ func loadEnv(path string) error {
 	env.kubeconfig = e["KUBECONFIG"]
 	env.routerURL = e["ROUTER_URL"]
 	env.routerMetrics = e["ROUTER_METRICS_URL"]
-	env.controllerURLs = strings.Fields(e["CONTROLLER_METRICS_URLS"])
 	cfg, err := clientcmd.BuildConfigFromFlags("", e["KUBECONFIG"])
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)

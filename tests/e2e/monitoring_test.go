@@ -35,7 +35,7 @@ func TestMonitoringQueriesMatchExportedMetrics(t *testing.T) {
 	var missing []string
 	eventually(t, 30*time.Second, "every metric the dashboard and alerts read exported", func(context.Context) error {
 		exported := map[string]bool{}
-		for _, url := range append([]string{env.routerMetrics}, env.controllerURLs...) {
+		for _, url := range append([]string{env.routerMetrics}, controllerMetricsURLs(t)...) {
 			fams, err := attach.Scrape(url)
 			if err != nil {
 				return err

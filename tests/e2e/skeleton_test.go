@@ -98,9 +98,10 @@ func TestSkeleton(t *testing.T) {
 	// and the router re-fetches. Wait for every replica to see all members,
 	// fill the cache once, then measure.
 	eventually(t, 60*time.Second, "every controller sees the whole ring", func(context.Context) error {
-		for _, u := range env.controllerURLs {
-			if got := metricSum(t, u, "skipper_controller_ring_members", nil); int(got) != len(env.controllerURLs) {
-				return fmt.Errorf("%s sees %v ring members, want %d", u, got, len(env.controllerURLs))
+		urls := controllerMetricsURLs(t)
+		for _, u := range urls {
+			if got := metricSum(t, u, "skipper_controller_ring_members", nil); int(got) != len(urls) {
+				return fmt.Errorf("%s sees %v ring members, want %d", u, got, len(urls))
 			}
 		}
 		return nil
