@@ -8,8 +8,10 @@
 // decide.go (ring members from EndpointSlices, instance sets from pods,
 // claim candidates, the claim's record patch, scale-down victims, generations);
 // controller.go feeds them informer state from work queues; claim.go carries
-// out claims; supervisor.go runs one goroutine per owned Function that feeds
-// the routers' reports into a scaling.Window, calls scaling.Decide every
+// out claims (the assign), record.go writes their records after, limiter.go
+// bounds each router's claims; supervisor.go runs one goroutine per owned
+// Function that feeds the routers' reports into a scaling.Window, calls
+// scaling.Decide every
 // --scale-interval and claims, drains and retires instances; status.go
 // writes Function status; server.go and hub.go are the gRPC surface and the
 // routers' streams.

@@ -1,0 +1,183 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+)
+
+// The record of a claim (issue 15): the instance decided it, the pod's
+// label, ownerReference and annotations follow, written here in the
+// background until they land.
+
+// adopt records a pool pod whose instance answered that it holds function
+// key (a claim whose record never landed: its controller died between the
+// assign and the record): level-triggered recovery, as whoever meets such
+// a pod writes the record the instance already decided. A key whose
+// Function the cache does not hold is left alone: the pod is kept out of
+// this replica's candidates for assumedTTL.
+func (c *controller) adopt(p *corev1.Pod, key string) {
+	c.mu.Lock()
+	c.held[p.UID] = time.Now().Add(assumedTTL)
+	c.mu.Unlock()
+	ns, name, ok := splitKey(key)
+	if !ok {
+		return
+	}
+	fn, err := c.cache.function(ns, name)
+	if err != nil || fn == nil || ns != p.Namespace {
+		c.log.Warn("pool pod holds a function this replica cannot record", "pod", p.Namespace+"/"+p.Name, "function", key, "err", err)
+		return
+	}
+	c.log.Info("adopting pool pod whose instance holds a function", "pod", p.Namespace+"/"+p.Name, "function", key)
+	c.startRecord(p, fn, claimInfo{At: time.Now(), Restarts: restarts(p)})
+}
+
+// Backoff of a record that did not land.
+const (
+	recordBackoffBase = 50 * time.Millisecond
+	recordBackoffMax  = 5 * time.Second
+)
+
+// startRecord writes the record of pod's claim for fn in the background,
+// once per pod at a time. Until it lands the pod stays assumed (assumedLocked
+// keeps it past assumedTTL) and out of every replica's candidates here.
+func (c *controller) startRecord(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) {
+	c.mu.Lock()
+	if c.recording[pod.UID] {
+		c.mu.Unlock()
+		return
+	}
+	c.recording[pod.UID] = true
+	c.metrics.unrecorded.Set(float64(len(c.recording)))
+	c.mu.Unlock()
+	c.wg.Go(func() {
+		st := recordNeeded
+		defer func() {
+			c.mu.Lock()
+			delete(c.recording, pod.UID)
+			c.recordEndedLocked(fn.Key(), pod.UID, st, time.Now())
+			c.metrics.unrecorded.Set(float64(len(c.recording)))
+			c.mu.Unlock()
+		}()
+		// A record outlives the controller's stop by --assign-timeout, so
+		// that a graceful shutdown leaves no claim unrecorded it could
+		// still record.
+		ctx, cancel := context.WithCancel(context.WithoutCancel(c.runCtx))
+		defer cancel()
+		defer context.AfterFunc(c.runCtx, func() { time.AfterFunc(c.cfg.AssignTimeout, cancel) })()
+		st = c.record(ctx, pod, fn, info)
+	})
+}
+
+// record writes the claim's record until it lands, the pod is gone or
+// holds another function's record, or ctx ends, and returns how it ended:
+// each try patches the pod as last read (the cache's first, then a fresh
+// read after a failed test op), with exponential backoff after every
+// failure (a 422 that is not a test op, an admission webhook's say, must
+// not spin).
+func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) recordState {
+	uid := pod.UID
+	cur := pod
+	backoff := recordBackoffBase
+	for attempt := 1; ; attempt++ {
+		switch st := recordStateOf(cur, uid, fn); st {
+		case recordDone:
+			return st
+		case recordPodGone:
+			c.log.Info("claimed pod gone before its record", "function", fn.Key(), "pod", pod.Namespace+"/"+pod.Name)
+			return st
+		case recordForeign:
+			// The instance accepted fn, the pod says otherwise: nothing
+			// here may overwrite it.
+			c.log.Error("claimed pod recorded for another function", "function", fn.Key(), "pod", pod.Namespace+"/"+pod.Name,
+				"labelled", cur.Labels[v1alpha1.LabelFunction])
+			return st
+		}
+		err := c.recordOnce(ctx, cur, fn, info)
+		if err == nil {
+			if attempt > 1 {
+				c.log.Info("claim recorded", "function", fn.Key(), "pod", pod.Name, "attempts", attempt)
+			}
+			return recordDone
+		}
+		c.metrics.recordFailures.Inc()
+		if errors.Is(err, errClaimLost) {
+			// A test op failed or the pod is gone: read it again and decide
+			// after the backoff.
+			gctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+			live, gerr := c.core.CoreV1().Pods(pod.Namespace).Get(gctx, pod.Name, metav1.GetOptions{})
+			cancel()
+			switch {
+			case gerr == nil:
+				cur = live
+			case apierrors.IsNotFound(gerr):
+				cur = nil
+			default:
+				err = errors.Join(err, gerr)
+			}
+		}
+		c.log.Warn("record of claim failed, retrying", "function", fn.Key(), "pod", pod.Name, "attempt", attempt, "in", backoff, "err", err)
+		select {
+		case <-ctx.Done():
+			c.log.Warn("claim left unrecorded at shutdown (the next owner adopts it)", "function", fn.Key(), "pod", pod.Name)
+			return recordNeeded
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, recordBackoffMax)
+	}
+}
+
+// recordEnded updates what the controller assumes once a record's writer
+// ended: a landed record starts the assumed pod's assumedTTL anew (the
+// informer may take a while to show it after an outage, and until then
+// the pod must stay the function's); a pod gone or recorded for another
+// function leaves every set. c.mu is held.
+func (c *controller) recordEndedLocked(key string, uid types.UID, st recordState, now time.Time) {
+	switch st {
+	case recordDone:
+		for i := range c.assumed[key] {
+			if c.assumed[key][i].pod.UID == uid {
+				c.assumed[key][i].at = now
+			}
+		}
+	case recordPodGone, recordForeign:
+		c.assumed[key] = slices.DeleteFunc(c.assumed[key], func(a assumedPod) bool { return a.pod.UID == uid })
+		if len(c.assumed[key]) == 0 {
+			delete(c.assumed, key)
+		}
+		if until := now.Add(assumedTTL); until.After(c.retired[uid]) {
+			c.retired[uid] = until
+		}
+	}
+}
+
+// recordOnce applies the record patch to cur; errClaimLost when a test op
+// failed or the pod is gone.
+func (c *controller) recordOnce(ctx context.Context, cur *corev1.Pod, fn *v1alpha1.Function, info claimInfo) error {
+	patch, err := recordPatch(cur, fn, info)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+	defer cancel()
+	_, err = c.core.CoreV1().Pods(cur.Namespace).Patch(ctx, cur.Name, types.JSONPatchType, patch, metav1.PatchOptions{})
+	switch {
+	case err == nil:
+		return nil
+	// A failed test op is 422 Invalid; a concurrent write can surface as 409;
+	// a pod deleted since it was read is 404.
+	case apierrors.IsInvalid(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: record claim of pod %s/%s: %v", errClaimLost, cur.Namespace, cur.Name, err)
+	}
+	return fmt.Errorf("record claim of pod %s/%s: %w", cur.Namespace, cur.Name, err)
+}
