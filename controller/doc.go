@@ -11,10 +11,9 @@
 // out claims (the assign), record.go writes their records after, limiter.go
 // bounds each router's claims; supervisor.go runs one goroutine per owned
 // Function that feeds the routers' reports into a scaling.Window, calls
-// scaling.Decide every
-// --scale-interval and claims, drains and retires instances; status.go
-// writes Function status; server.go and hub.go are the gRPC surface and the
-// routers' streams.
+// scaling.Decide every --scale-interval and claims, drains and retires
+// instances; status.go writes Function status; server.go and hub.go are the
+// gRPC surface and the routers' streams.
 //
 // Invariants:
 //   - The instance decides a claim: it accepts one function for its life,
