@@ -5,7 +5,6 @@ import (
 	"crypto/ed25519"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -345,74 +344,6 @@ func (c *controller) syncNamespace(ctx context.Context, ns string) error {
 	return ensureKeyConfigMap(ctx, c.core, ns, c.cache.configMap(ns), c.pubPEM)
 }
 
-// syncRing rebuilds the ring from the EndpointSlices and recounts owned
-// functions.
-func (c *controller) syncRing() {
-	members := ring.MembersFromEndpointSlices(c.cache.slices(), ring.PortName)
-	old := c.ring.Load()
-	var r *ring.Ring
-	if len(members) > 0 {
-		r, _ = ring.New(members) // non-empty members never fail
-	}
-	c.ring.Store(r)
-	c.fwd.retain(members)
-	if (old == nil) != (r == nil) || (old != nil && r != nil && old.Epoch() != r.Epoch()) {
-		c.log.Info("ring changed", "members", members, "self", c.self, "in_ring", r != nil && r.Has(c.self))
-		// Ownership may have moved: recompute every function's state
-		// (invalid ones too: the new owner reports them).
-		for _, k := range c.cache.functionKeys() {
-			c.fnQueue.Add(k)
-		}
-	}
-	c.metrics.ringMembers.Set(float64(len(members)))
-	owned := map[string]bool{}
-	for _, k := range c.cache.functionKeys() {
-		if c.owns(k) {
-			owned[k] = true
-		}
-	}
-	c.mu.Lock()
-	moves := 0
-	for k := range owned {
-		if !c.owned[k] {
-			moves++
-		}
-	}
-	for k := range c.owned {
-		if !owned[k] {
-			moves++
-		}
-	}
-	first := c.ringSynced
-	c.owned, c.ringSynced = owned, true
-	c.mu.Unlock()
-	if first {
-		// Functions this replica gained or lost; the first sync is a start,
-		// not a move.
-		c.metrics.ownershipMoves.Add(float64(moves))
-	}
-	c.metrics.ownedFunctions.Set(float64(len(owned)))
-}
-
-// owner returns the ring member owning key by this replica's view, or ""
-// when the ring is empty.
-func (c *controller) owner(key string) string {
-	r := c.ring.Load()
-	if r == nil {
-		return ""
-	}
-	return r.Owner(key)
-}
-
-// owns reports whether this replica answers for key: it owns it on the
-// ring, or the ring is empty (a replica whose view has no ready member
-// serves what it is asked rather than refuse: routers, reading the same
-// slices, only call a replica they see as owner).
-func (c *controller) owns(key string) bool {
-	o := c.owner(key)
-	return o == "" || o == c.self
-}
-
 // syncFunction recomputes one function's instance set, bumps its generation
 // when the set changed, pushes the change to subscribed routers, and keeps
 // its metrics and status.
@@ -535,86 +466,6 @@ func (c *controller) observe(fn *v1alpha1.Function, set []instance, now time.Tim
 	return *st, true
 }
 
-// currentSet is the function's ready instance set: the informer's view plus
-// claims it does not show yet, minus pods the caller found unusable.
-func (c *controller) currentSet(fn *v1alpha1.Function, port int32, unusable []string) []instance {
-	now := time.Now()
-	pods := c.cache.functionPods(fn.Namespace, fn.Name)
-	return instanceSet(fn, port, pods, c.assumedPods(fn.Key(), pods, now), append(c.retiredUIDs(now), unusable...))
-}
-
-// retire keeps a pod this replica withdrew or is deleting out of every
-// instance set until until (a drain's timeout, or assumedTTL after the
-// delete, by when the informer shows the deletion).
-func (c *controller) retire(uid types.UID, until time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if until.After(c.retired[uid]) {
-		c.retired[uid] = until
-	}
-}
-
-// retiredLocked reports whether uid is retired at now; c.mu is held.
-func (c *controller) retiredLocked(uid types.UID, now time.Time) bool {
-	until, ok := c.retired[uid]
-	return ok && now.Before(until)
-}
-
-func (c *controller) retiredUIDs(now time.Time) []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for uid, until := range c.retired {
-		if !now.Before(until) {
-			delete(c.retired, uid)
-			continue
-		}
-		out = append(out, string(uid))
-	}
-	return out
-}
-
-// assumedPods returns the claims of key the informer does not show yet.
-func (c *controller) assumedPods(key string, cached []*corev1.Pod, now time.Time) []*corev1.Pod {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.assumedLocked(key, cached, now)
-}
-
-// assumedLocked returns the claims of key the informer does not show in
-// cached, or shows still marked assign-pending (the claim patch, not yet
-// the record of the assignment that followed it), forgetting those it
-// shows recorded (recording how long that took) and those older than
-// assumedTTL; c.mu is held.
-func (c *controller) assumedLocked(key string, cached []*corev1.Pod, now time.Time) []*corev1.Pod {
-	as := c.assumed[key]
-	if len(as) == 0 {
-		return nil
-	}
-	var keep []assumedPod
-	var out []*corev1.Pod
-	for _, a := range as {
-		if i := slices.IndexFunc(cached, func(p *corev1.Pod) bool { return p.UID == a.pod.UID }); i >= 0 && !assignPending(cached[i]) {
-			c.lastLag = now.Sub(a.at)
-			continue
-		}
-		if now.Sub(a.at) > assumedTTL && !c.recording[a.pod.UID] {
-			// A claim whose record is still being written stays assumed
-			// however long that takes (an API server outage): the instance
-			// is the function's.
-			continue
-		}
-		keep = append(keep, a)
-		out = append(out, a.pod)
-	}
-	if len(keep) == 0 {
-		delete(c.assumed, key)
-	} else {
-		c.assumed[key] = keep
-	}
-	return out
-}
-
 // resolve finds the function's pool Deployment and instance port.
 func (c *controller) resolve(fn *v1alpha1.Function) (*appsv1.Deployment, int32, error) {
 	pool := poolDeployment(c.cache.poolDeployments(fn.Namespace, fn.Spec.Pool))
@@ -632,13 +483,4 @@ func (c *controller) resolve(fn *v1alpha1.Function) (*appsv1.Deployment, int32, 
 func (c *controller) port(fn *v1alpha1.Function) (int32, error) {
 	_, port, err := c.resolve(fn)
 	return port, err
-}
-
-// ringView returns the ring's epoch and members as this replica sees them.
-func (c *controller) ringView() (uint64, []string) {
-	r := c.ring.Load()
-	if r == nil {
-		return 0, nil
-	}
-	return r.Epoch(), r.Members()
 }

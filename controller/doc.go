@@ -5,8 +5,11 @@
 //
 // Shape: Run parses a Config and builds Kubernetes clients; serve wires the
 // parts and owns every goroutine. The decisions are pure functions in
-// decide.go (ring members from EndpointSlices, instance sets from pods,
-// claim candidates, the claim's record patch, scale-down victims, generations);
+// decide.go and decide_claim.go (instance sets from pods, claim candidates,
+// the claim's record patch, scale-down victims, generations); ownership.go
+// is the ring's view, assumed.go the claims the informer does not show yet
+// and the retired pods, drain.go the withdrawal of instances, forward.go the
+// connections to other replicas;
 // controller.go feeds them informer state from work queues; claim.go carries
 // out claims (the assign), record.go writes their records after, limiter.go
 // bounds each router's claims; supervisor.go runs one goroutine per owned

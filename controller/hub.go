@@ -290,3 +290,66 @@ func (st fnState) update(fn *v1alpha1.Function) *skipperv1.AssignmentUpdate {
 func removedUpdate(ns, name string, gen uint64) *skipperv1.AssignmentUpdate {
 	return &skipperv1.AssignmentUpdate{Function: &skipperv1.FunctionRef{Namespace: ns, Name: name}, Generation: gen, Removed: true}
 }
+
+// takeReport checks one report from the router id on stream rs and feeds
+// it to the supervisors of the functions this replica owns. A router
+// reports every function it routes to that function's owner by its own
+// ring view: after an ownership move the new owner learns its subscribers
+// here. It returns the checked report and the violations to count.
+func (c *controller) takeReport(rs *routerStream, id *skipperv1.RouterIdentity, r *skipperv1.Report, now time.Time) (wireReport, violations) {
+	rep, v := checkReport(r, now)
+	rs.report(rep.Sequence, now)
+	for _, fr := range rep.Functions {
+		if !rs.subscribed(fr.Key) && c.owns(fr.Key) {
+			v.merge(c.resubscribe(rs, fr.Key, fr.Generation))
+		}
+		c.observeReport(id, rep, fr, now)
+	}
+	return rep, v
+}
+
+// resubscribe subscribes rs to key, for a router that holds generation gen
+// of it: a router holding another generation is sent the current set at
+// once; a function this replica holds no state for is computed, which
+// publishes it to the new subscriber. A stream at maxSubscriptions is not
+// subscribed: the violation is returned.
+func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) violations {
+	c.mu.Lock()
+	_, known := c.fns[key]
+	c.mu.Unlock()
+	if !known {
+		// Only a function this replica watches is subscribed and computed:
+		// a router naming functions that do not exist holds no memory and
+		// queues no work for them (it asks again with GetInstance).
+		ns, name, _ := splitKey(key)
+		if _, err := c.cache.function(ns, name); err != nil {
+			return nil
+		}
+	}
+	if !rs.subscribe(key) {
+		var v violations
+		v.add(fieldSubscriptions, "stream holds %d subscriptions already: %s not subscribed", maxSubscriptions, key)
+		return v
+	}
+	c.mu.Lock()
+	st, ok := c.fns[key]
+	var cur fnState
+	if ok {
+		cur = *st
+	}
+	c.mu.Unlock()
+	if !ok {
+		c.fnQueue.Add(key)
+		return nil
+	}
+	if cur.gen != gen {
+		ns, name, _ := splitKey(key)
+		rs.queue(key, &skipperv1.AssignmentUpdate{
+			Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
+			Generation: cur.gen,
+			Instances:  toProtoInstances(cur.set),
+			Config:     cur.config.proto(),
+		}, true)
+	}
+	return nil
+}

@@ -9,15 +9,12 @@ import (
 	"math"
 	"net"
 	"slices"
-	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
@@ -426,148 +423,6 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 		case <-stream.Context().Done():
 			return status.FromContextError(stream.Context().Err()).Err()
 		}
-	}
-}
-
-// takeReport checks one report from the router id on stream rs and feeds
-// it to the supervisors of the functions this replica owns. A router
-// reports every function it routes to that function's owner by its own
-// ring view: after an ownership move the new owner learns its subscribers
-// here. It returns the checked report and the violations to count.
-func (c *controller) takeReport(rs *routerStream, id *skipperv1.RouterIdentity, r *skipperv1.Report, now time.Time) (wireReport, violations) {
-	rep, v := checkReport(r, now)
-	rs.report(rep.Sequence, now)
-	for _, fr := range rep.Functions {
-		if !rs.subscribed(fr.Key) && c.owns(fr.Key) {
-			v.merge(c.resubscribe(rs, fr.Key, fr.Generation))
-		}
-		c.observeReport(id, rep, fr, now)
-	}
-	return rep, v
-}
-
-// resubscribe subscribes rs to key, for a router that holds generation gen
-// of it: a router holding another generation is sent the current set at
-// once; a function this replica holds no state for is computed, which
-// publishes it to the new subscriber. A stream at maxSubscriptions is not
-// subscribed: the violation is returned.
-func (c *controller) resubscribe(rs *routerStream, key string, gen uint64) violations {
-	c.mu.Lock()
-	_, known := c.fns[key]
-	c.mu.Unlock()
-	if !known {
-		// Only a function this replica watches is subscribed and computed:
-		// a router naming functions that do not exist holds no memory and
-		// queues no work for them (it asks again with GetInstance).
-		ns, name, _ := splitKey(key)
-		if _, err := c.cache.function(ns, name); err != nil {
-			return nil
-		}
-	}
-	if !rs.subscribe(key) {
-		var v violations
-		v.add(fieldSubscriptions, "stream holds %d subscriptions already: %s not subscribed", maxSubscriptions, key)
-		return v
-	}
-	c.mu.Lock()
-	st, ok := c.fns[key]
-	var cur fnState
-	if ok {
-		cur = *st
-	}
-	c.mu.Unlock()
-	if !ok {
-		c.fnQueue.Add(key)
-		return nil
-	}
-	if cur.gen != gen {
-		ns, name, _ := splitKey(key)
-		rs.queue(key, &skipperv1.AssignmentUpdate{
-			Function:   &skipperv1.FunctionRef{Namespace: ns, Name: name},
-			Generation: cur.gen,
-			Instances:  toProtoInstances(cur.set),
-			Config:     cur.config.proto(),
-		}, true)
-	}
-	return nil
-}
-
-// forwarder sends GetInstance to the owning replica, one client connection
-// per owner address, kept until shutdown.
-type forwarder struct {
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
-}
-
-func newForwarder() *forwarder { return &forwarder{conns: map[string]*grpc.ClientConn{}} }
-
-func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if cc, ok := f.conns[addr]; ok {
-		return cc, nil
-	}
-	// TODO(auth): forward the caller's bearer token once routers send one.
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, err
-	}
-	f.conns[addr] = cc
-	return cc, nil
-}
-
-// getInstance forwards req once to owner: the copy is marked forwarded, so
-// the owner answers it itself whatever its own view of the ring.
-func (f *forwarder) getInstance(ctx context.Context, owner string, req *skipperv1.GetInstanceRequest, timeout time.Duration) (*skipperv1.GetInstanceResponse, error) {
-	fwd := proto.CloneOf(req)
-	fwd.Forwarded = true
-	return forward(ctx, f, owner, timeout, func(ctx context.Context, cl skipperv1.ControllerClient) (*skipperv1.GetInstanceResponse, error) {
-		return cl.GetInstance(ctx, fwd)
-	})
-}
-
-// releaseInstance forwards req once to owner, like getInstance.
-func (f *forwarder) releaseInstance(ctx context.Context, owner string, req *skipperv1.ReleaseInstanceRequest, timeout time.Duration) (*skipperv1.ReleaseInstanceResponse, error) {
-	fwd := proto.CloneOf(req)
-	fwd.Forwarded = true
-	return forward(ctx, f, owner, timeout, func(ctx context.Context, cl skipperv1.ControllerClient) (*skipperv1.ReleaseInstanceResponse, error) {
-		return cl.ReleaseInstance(ctx, fwd)
-	})
-}
-
-// forward calls owner with call, bounded by timeout when ctx sets no deadline.
-func forward[T any](ctx context.Context, f *forwarder, owner string, timeout time.Duration, call func(context.Context, skipperv1.ControllerClient) (T, error)) (T, error) {
-	cc, err := f.conn(owner)
-	if err != nil {
-		var zero T
-		return zero, withReason(ErrForward, "forward to owner %s: %v", owner, err)
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	return call(ctx, skipperv1.NewControllerClient(cc))
-}
-
-// retain closes the connections to addresses no longer on the ring.
-func (f *forwarder) retain(members []string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for addr, cc := range f.conns {
-		if !slices.Contains(members, addr) {
-			_ = cc.Close()
-			delete(f.conns, addr)
-		}
-	}
-}
-
-func (f *forwarder) close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for addr, cc := range f.conns {
-		_ = cc.Close()
-		delete(f.conns, addr)
 	}
 }
 

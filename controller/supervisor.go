@@ -8,8 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -75,17 +73,6 @@ type supervisorView struct {
 	desired          int32
 	reason           string
 	inFlight, queued int64
-}
-
-// drain is an instance withdrawn from the set, waiting to be deleted.
-type drain struct {
-	pod *corev1.Pod
-	// gen is the first generation without the instance.
-	gen   uint64
-	since time.Time
-	// ackedAt is when every subscribed router was first seen to hold gen;
-	// in-flight counts only from reports a full interval after it.
-	ackedAt time.Time
 }
 
 func newSupervisor(c *controller, key string, fn *v1alpha1.Function, now time.Time) *supervisor {
@@ -494,62 +481,4 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 	}, now); err != nil {
 		c.log.Warn("status write failed", "function", s.key, "err", err)
 	}
-}
-
-// progressDrains deletes each withdrawn instance once every subscribed
-// router acknowledged a generation without it and no router reports
-// requests in flight on it, or once --drain-timeout has passed.
-func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
-	c := s.c
-	for uid, d := range s.drains {
-		timedOut := now.Sub(d.since) >= c.cfg.DrainTimeout
-		if d.ackedAt.IsZero() && c.hub.ackedAll(s.key, d.gen) {
-			d.ackedAt = now
-		}
-		var inst scaling.Instance
-		s.mu.Lock()
-		s.window.Fill(now, c.cfg.HeartbeatTimeout, string(uid), &inst)
-		s.mu.Unlock()
-		// A report sent before the ack may predate requests the router
-		// started on the old set: in-flight counts once a report interval
-		// has passed since the ack.
-		quiet := !d.ackedAt.IsZero() && now.Sub(d.ackedAt) >= c.cfg.ReportInterval && inst.InFlight == 0
-		if !quiet && !timedOut {
-			continue
-		}
-		reason := "drained"
-		if !quiet {
-			reason = "drain timeout"
-		}
-		c.deletePod(ctx, d.pod, reason)
-		c.retire(uid, now.Add(assumedTTL))
-		delete(s.drains, uid)
-	}
-}
-
-// withdraw takes pods out of fn's instance set until until, pushes the new
-// set to subscribed routers and returns its generation.
-func (c *controller) withdraw(fn *v1alpha1.Function, port int32, pods []*corev1.Pod, now, until time.Time) uint64 {
-	for _, p := range pods {
-		c.retire(p.UID, until)
-	}
-	st, changed := c.observe(fn, c.currentSet(fn, port, nil), now)
-	if changed {
-		c.hub.publish(fn.Key(), st.update(fn))
-	}
-	return st.gen
-}
-
-// deletePod deletes an instance this replica withdrew; the UID
-// precondition makes sure a pod of the same name is never hit.
-func (c *controller) deletePod(ctx context.Context, pod *corev1.Pod, reason string) {
-	uid := pod.UID
-	err := c.core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-		c.log.Error("delete instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
-		return
-	}
-	c.log.Info("deleted instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
 }
