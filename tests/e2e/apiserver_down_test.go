@@ -155,7 +155,10 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 		return nil
 	})
 	want := int(*pool.Spec.Replicas)
-	eventually(t, 60*time.Second, "the pool refilled", func(ctx context.Context) error {
+	// The kube-controller-manager's ReplicaSet controller makes the
+	// replacement once its own watches are back (seconds; longer right
+	// after another outage, when client-go backs off).
+	eventually(t, 120*time.Second, "the pool refilled", func(ctx context.Context) error {
 		n, err := unclaimedReady(ctx)
 		if err != nil {
 			return err
