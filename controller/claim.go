@@ -214,6 +214,11 @@ func (c *controller) expectedLocked(fn *v1alpha1.Function, pods []*corev1.Pod, n
 			n++
 		}
 	}
+	for _, a := range assumed {
+		if c.retiredLocked(a.UID, now) {
+			n-- // its record found it gone or another's (recordEndedLocked)
+		}
+	}
 	return n + len(assumed) + len(c.flights[fn.Key()])
 }
 
@@ -363,7 +368,14 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 		if errors.As(err, &held) {
 			if held.function != fn.Key() {
 				c.adopt(p, held.function)
-			} // else another claim of fn won it (oneshot): its own record follows
+			} else {
+				// Another claim of this oneshot function won it: its own
+				// record follows, unless its controller died first. Left
+				// unrecorded past any claim's time, the pod is adopted
+				// (recorded for fn, no router: its --oneshot-lease ends it),
+				// so a crash never costs the pool a pod for good.
+				c.adoptLater(p, held.function)
+			}
 			return nil, fmt.Errorf("%w: %v", errClaimLost, err)
 		}
 		// The instance may or may not have accepted: it can serve nobody

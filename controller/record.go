@@ -42,6 +42,35 @@ func (c *controller) adopt(p *corev1.Pod, key string) {
 	c.startRecord(p, fn, claimInfo{At: time.Now(), Restarts: restarts(p)})
 }
 
+// adoptLater adopts p for key once no claim can still record it (the
+// grace assignStale gives a legacy mark), if the cache then still shows it
+// in the pool: a oneshot instance another claim of key won, whose
+// controller may have died before its record. The pod stays out of this
+// replica's candidates meanwhile.
+func (c *controller) adoptLater(p *corev1.Pod, key string) {
+	grace := c.assignGrace()
+	c.mu.Lock()
+	if until := time.Now().Add(grace + assumedTTL); until.After(c.held[p.UID]) {
+		c.held[p.UID] = until
+	}
+	c.mu.Unlock()
+	c.wg.Go(func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-c.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		ns, _, _ := splitKey(key)
+		for _, cur := range c.cache.poolPods(ns, p.Labels[v1alpha1.LabelPool]) {
+			if cur.UID == p.UID && recordStateOf(cur, p.UID, &v1alpha1.Function{}) == recordNeeded {
+				c.adopt(cur, key)
+			}
+		}
+	})
+}
+
 // Backoff of a record that did not land.
 const (
 	recordBackoffBase = 50 * time.Millisecond
@@ -112,8 +141,9 @@ func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.F
 		}
 		c.metrics.recordFailures.Inc()
 		if errors.Is(err, errClaimLost) {
-			// A test op failed or the pod is gone: read it again and decide
-			// after the backoff.
+			// A test op failed or the pod is gone: read it again and
+			// decide, at once when the read settles it (gone, recorded,
+			// another's), else after the backoff.
 			gctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
 			live, gerr := c.core.CoreV1().Pods(pod.Namespace).Get(gctx, pod.Name, metav1.GetOptions{})
 			cancel()
@@ -124,6 +154,11 @@ func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.F
 				cur = nil
 			default:
 				err = errors.Join(err, gerr)
+			}
+			if gerr == nil || apierrors.IsNotFound(gerr) {
+				if recordStateOf(cur, uid, fn) != recordNeeded {
+					continue
+				}
 			}
 		}
 		c.log.Warn("record of claim failed, retrying", "function", fn.Key(), "pod", pod.Name, "attempt", attempt, "in", backoff, "err", err)
@@ -137,7 +172,7 @@ func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.F
 	}
 }
 
-// recordEnded updates what the controller assumes once a record's writer
+// recordEndedLocked updates what the controller assumes once a record's writer
 // ended: a landed record starts the assumed pod's assumedTTL anew (the
 // informer may take a while to show it after an outage, and until then
 // the pod must stay the function's); a pod gone or recorded for another

@@ -1042,3 +1042,34 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 		}
 	}
 }
+
+// TestUnrecordedOneshotAdoptedAfterTheGrace: a oneshot instance another
+// claim of the same function won (409 naming it) whose record never came
+// (its controller died) is adopted once no claim can still record it, so
+// it leaves the pool instead of answering 409 for good.
+func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
+	e := newTestEnv(t)
+	once := e.fnFor("once", "echo")
+	once.Spec.Oneshot = true
+	e.add(poolDeploy("echo"), once, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Second))))
+	e.holdsFunction("uid-p1", "default/once")
+	e.mu.Lock()
+	e.holdClaims["uid-p1"] = "a claim of a dead controller"
+	e.mu.Unlock()
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimTimeout, c.AssignTimeout = 200*time.Millisecond, 100*time.Millisecond })
+	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
+	resp, err := getInstance(t.Context(), r, "once", router)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := resp.GetInstance().GetPod(); got != "p2" {
+		t.Fatalf("oneshot instance %s, want p2 (p1 holds another claim's call)", got)
+	}
+	if _, ok := e.pod("p1").Labels[v1alpha1.LabelFunction]; ok {
+		t.Fatal("p1 recorded at once: the claim that won it may still record it")
+	}
+	eventually(t, "p1 adopted after the grace", func() bool {
+		p := e.pod("p1")
+		return p.Labels[v1alpha1.LabelFunction] == "once" && ownedBy(p, once) && p.Annotations[annOneshotRouter] == ""
+	})
+}

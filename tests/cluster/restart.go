@@ -105,10 +105,8 @@ func (c *cluster) stopComponent(ctx context.Context, name string) error {
 		return fmt.Errorf("%s is stopped already", name)
 	}
 	c.retiredProcs[p] = true
-	c.mu.Unlock()
-	p.stop(c.cfg.StopTimeout)
-	c.log.Info("stopped on request", "name", name, "restart_by", MaxOutage)
-	t := time.AfterFunc(MaxOutage, func() {
+	// Armed with the stop, under the lock a start takes it off with.
+	c.outages[name] = time.AfterFunc(MaxOutage, func() {
 		switch err := c.startComponent(ctx, name); {
 		case err == nil:
 			c.log.Warn("started again after the longest outage allowed", "name", name, "max", MaxOutage)
@@ -116,9 +114,9 @@ func (c *cluster) stopComponent(ctx context.Context, name string) error {
 			c.log.Error("start after the longest outage allowed failed", "name", name, "err", err)
 		}
 	})
-	c.mu.Lock()
-	c.outages[name] = t
 	c.mu.Unlock()
+	p.stop(c.cfg.StopTimeout)
+	c.log.Info("stopped on request", "name", name, "restart_by", MaxOutage)
 	return nil
 }
 

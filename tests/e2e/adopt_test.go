@@ -87,8 +87,10 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 	f, g := fmt.Sprintf("adopt-f-%d", sfx), fmt.Sprintf("adopt-g-%d", sfx)
 	// One warm pod: whoever claims next must meet the unrecorded one.
 	createPool(t, pool, 1)
-	createFunction(t, f, map[string]any{"pool": pool, "maxInstances": int64(1)})
-	createFunction(t, g, map[string]any{"pool": pool, "maxInstances": int64(1)})
+	// Idle long enough not to scale to zero while the pool refills after
+	// the outage (up to two minutes, see TestColdStartWhileAPIServerDown).
+	createFunction(t, f, map[string]any{"pool": pool, "maxInstances": int64(1), "idleTimeout": "5m"})
+	createFunction(t, g, map[string]any{"pool": pool, "maxInstances": int64(1), "idleTimeout": "5m"})
 	var owner string
 	eventually(t, 60*time.Second, "f owned and its pool's pod ready", func(ctx context.Context) error {
 		if owner, _ = functionStatus(t, f)["owner"].(string); owner == "" {
@@ -142,7 +144,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 
 	// g's claim meets the unrecorded pod first: the pool has no other.
 	var second echoed
-	eventually(t, 90*time.Second, "g's first call", func(context.Context) error {
+	eventually(t, 150*time.Second, "g's first call", func(context.Context) error {
 		second, err = callEcho(client, "default/"+g)
 		return err
 	})
