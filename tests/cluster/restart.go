@@ -81,24 +81,25 @@ func (c *cluster) stoppedOnRequest(p *Proc) bool {
 	return c.retiredProcs[p]
 }
 
-// current is the running (or last) process named name.
-func (c *cluster) currentLocked(name string) (int, *Proc) {
+// currentLocked is the slot, the running (or last) process and the start
+// of the restartable component name.
+func (c *cluster) currentLocked(name string) (int, *Proc, restartSpec, error) {
 	i := slices.IndexFunc(c.procs, func(p *Proc) bool { return p.Name == name })
-	if i < 0 {
-		return -1, nil
+	rs, ok := c.restart[name]
+	if i < 0 || !ok {
+		return -1, nil, restartSpec{}, fmt.Errorf("%q is not a restartable component (want one of %s)", name, strings.Join(restartable, ", "))
 	}
-	return i, c.procs[i]
+	return i, c.procs[i], rs, nil
 }
 
 // stopComponent stops name and starts it again after MaxOutage unless
 // startComponent did first.
 func (c *cluster) stopComponent(ctx context.Context, name string) error {
 	c.mu.Lock()
-	_, p := c.currentLocked(name)
-	_, ok := c.restart[name]
-	if p == nil || !ok {
+	_, p, _, err := c.currentLocked(name)
+	if err != nil {
 		c.mu.Unlock()
-		return fmt.Errorf("%q is not a restartable component (want one of %s)", name, strings.Join(restartable, ", "))
+		return err
 	}
 	if c.retiredProcs[p] {
 		c.mu.Unlock()
@@ -140,11 +141,10 @@ var errNotStopped = errors.New("not stopped")
 // ready.
 func (c *cluster) startComponent(ctx context.Context, name string) error {
 	c.mu.Lock()
-	i, old := c.currentLocked(name)
-	rs, ok := c.restart[name]
-	if old == nil || !ok {
+	i, old, rs, err := c.currentLocked(name)
+	if err != nil {
 		c.mu.Unlock()
-		return fmt.Errorf("%q is not a restartable component (want one of %s)", name, strings.Join(restartable, ", "))
+		return err
 	}
 	if c.closing {
 		c.mu.Unlock()

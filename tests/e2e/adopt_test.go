@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -17,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
-	"skipper.dev/skipper/tests/cluster"
 )
 
 // createPool creates pool Deployment default/<name>, a copy of the echo
@@ -81,7 +78,6 @@ func callEcho(client *http.Client, function string) (echoed, error) {
 // function it holds, and no pod ever serves two functions (checked against
 // what each instance says it holds).
 func TestKilledAfterAssignAdopted(t *testing.T) {
-	stateDir := filepath.Join(env.root, ".skipper")
 	sfx := time.Now().UnixNano() % 1e6
 	pool := fmt.Sprintf("adopt-%d", sfx)
 	f, g := fmt.Sprintf("adopt-f-%d", sfx), fmt.Sprintf("adopt-g-%d", sfx)
@@ -117,18 +113,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	if err := cluster.Control(ctx, stateDir, "stop", "kube-apiserver"); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
-		defer scancel()
-		if err := cluster.Control(sctx, stateDir, "start", "kube-apiserver"); err != nil && !strings.Contains(err.Error(), "not stopped") {
-			t.Errorf("start kube-apiserver: %v", err)
-		}
-	})
+	start := stopAPIServer(t)
 	client := &http.Client{Timeout: 10 * time.Second}
 	first, err := callEcho(client, "default/"+f)
 	if err != nil {
@@ -138,9 +123,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 		t.Fatalf("kill -9 the owner %s (pid %d): %v", owner, pid, err)
 	}
 	t.Logf("%s assigned %s to %s; killed it (pid %d) before its record", owner, first.Pod.Name, f, pid)
-	if err := cluster.Control(ctx, stateDir, "start", "kube-apiserver"); err != nil {
-		t.Fatal(err)
-	}
+	start()
 
 	// g's claim meets the unrecorded pod first: the pool has no other.
 	var second echoed

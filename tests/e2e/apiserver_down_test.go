@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -63,12 +64,40 @@ func unrecorded(t *testing.T, urls []string) float64 {
 	return sum
 }
 
+// stopAPIServer stops the cluster's kube-apiserver and returns start,
+// which starts it again and waits until it is ready; start is idempotent
+// and also runs when the test ends.
+func stopAPIServer(t *testing.T) (start func()) {
+	t.Helper()
+	stateDir := filepath.Join(env.root, ".skipper")
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	if err := cluster.Control(ctx, stateDir, "stop", "kube-apiserver"); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	var once sync.Once
+	start = func() {
+		once.Do(func() {
+			// Its own context: the cleanup runs after the test's ended.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := cluster.Control(ctx, stateDir, "start", "kube-apiserver"); err != nil && !strings.Contains(err.Error(), "not stopped") {
+				t.Errorf("start kube-apiserver: %v", err)
+				return
+			}
+			t.Logf("kube-apiserver down for %s", time.Since(stopped).Round(time.Millisecond))
+		})
+	}
+	t.Cleanup(start)
+	return start
+}
+
 // TestColdStartWhileAPIServerDown (issue 15): the instance decides a claim
 // and the record follows, so a warm pool serves a new Function's first call
 // with kube-apiserver stopped; once it is back, the pod carries the
 // function's label and ownerReference and the pool refills.
 func TestColdStartWhileAPIServerDown(t *testing.T) {
-	stateDir := filepath.Join(env.root, ".skipper")
 	name := fmt.Sprintf("apidown-%d", time.Now().UnixNano()%1e6)
 	createFunction(t, name, map[string]any{"maxInstances": int64(1)})
 	created := time.Now()
@@ -96,25 +125,8 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	ctls := controllerMetricsURLs(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := cluster.Control(ctx, stateDir, "stop", "kube-apiserver"); err != nil {
-		t.Fatal(err)
-	}
+	start := stopAPIServer(t)
 	stopped := time.Now()
-	started := false
-	start := func() {
-		if started {
-			return
-		}
-		started = true
-		// Its own context: the cleanup runs after the test's has ended.
-		sctx, scancel := context.WithTimeout(context.Background(), time.Minute)
-		defer scancel()
-		if err := cluster.Control(sctx, stateDir, "start", "kube-apiserver"); err != nil && !strings.Contains(err.Error(), "not stopped") {
-			t.Fatalf("start kube-apiserver: %v", err)
-		}
-		t.Logf("kube-apiserver down for %s", time.Since(stopped).Round(time.Millisecond))
-	}
-	t.Cleanup(start)
 	if _, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
 		t.Fatal("kube-apiserver still answers after the stop")
 	}
