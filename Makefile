@@ -82,9 +82,10 @@ lint:
 	cd tests/fastproxy && $(GO) vet ./...
 
 ## unit: tests that need no cluster (controller/, noderouter/, ...); the
-## router's tests once more with --forwarder=nethttp
+## router's tests once more with --forwarder=h1 and --forwarder=nethttp
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /tests/)
+	SKIPPER_TEST_FORWARDER=h1 $(GO) test -race -count=1 ./noderouter/
 	SKIPPER_TEST_FORWARDER=nethttp $(GO) test -race -count=1 ./noderouter/
 	cd tests/promql && $(GO) test -count=1 ./...
 	cd tests/benchplot && $(GO) test -count=1 ./...

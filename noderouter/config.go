@@ -102,10 +102,14 @@ type Config struct {
 	// MaxHeaderBytes bounds a request's header (http.Server.MaxHeaderBytes);
 	// larger ones get 431.
 	MaxHeaderBytes int
-	// Forwarder serves HTTP/1.1 callers: "h1" (the router's own path) or
-	// "nethttp" (net/http and httputil.ReverseProxy). h2c callers are
-	// always served by net/http.
+	// Forwarder serves HTTP/1.1 callers: "loop" (event loops for the warm
+	// exchange in front of the router's own goroutine path), "h1" (that
+	// path alone) or "nethttp" (net/http and httputil.ReverseProxy). h2c
+	// callers are always served by net/http.
 	Forwarder string
+	// Loops is the number of event loops with --forwarder=loop; 0: one
+	// fewer than GOMAXPROCS, at least one.
+	Loops int
 	// MaxBodyBytes bounds a request body; larger ones get 413. 0 means no
 	// limit.
 	MaxBodyBytes int64
@@ -198,7 +202,7 @@ func DefaultConfig() Config {
 		RetryBackoffBase:    10 * time.Millisecond,
 		RetryBackoffMax:     500 * time.Millisecond,
 		MaxHeaderBytes:      64 << 10,
-		Forwarder:           forwarderH1,
+		Forwarder:           forwarderLoop,
 		MaxBodyBytes:        10 << 20,
 		MaxInFlight:         10000,
 		CacheIdleTimeout:    10 * time.Minute,
@@ -283,8 +287,11 @@ func (c Config) Validate() error {
 	if c.RetryBackoffMax < c.RetryBackoffBase {
 		errs = append(errs, fmt.Errorf("--retry-backoff-max %s is below --retry-backoff-base %s", c.RetryBackoffMax, c.RetryBackoffBase))
 	}
-	if c.Forwarder != forwarderH1 && c.Forwarder != forwarderNethttp {
-		errs = append(errs, fmt.Errorf("--forwarder %q must be %s or %s", c.Forwarder, forwarderH1, forwarderNethttp))
+	if c.Forwarder != forwarderLoop && c.Forwarder != forwarderH1 && c.Forwarder != forwarderNethttp {
+		errs = append(errs, fmt.Errorf("--forwarder %q must be %s, %s or %s", c.Forwarder, forwarderLoop, forwarderH1, forwarderNethttp))
+	}
+	if c.Loops < 0 {
+		errs = append(errs, fmt.Errorf("--loops %d must not be negative (0: one fewer than GOMAXPROCS)", c.Loops))
 	}
 	if c.MaxHeaderBytes < 1<<10 {
 		errs = append(errs, fmt.Errorf("--max-header-bytes %d must be at least 1024", c.MaxHeaderBytes))

@@ -13,9 +13,9 @@ import (
 )
 
 // testForwarder is the forwarder the router's tests run with:
-// SKIPPER_TEST_FORWARDER (h1 or nethttp; make unit runs both), h1 by
-// default.
-var testForwarder = cmp.Or(os.Getenv("SKIPPER_TEST_FORWARDER"), forwarderH1)
+// SKIPPER_TEST_FORWARDER (loop, h1 or nethttp; make unit runs each), loop
+// (the default) when unset.
+var testForwarder = cmp.Or(os.Getenv("SKIPPER_TEST_FORWARDER"), forwarderLoop)
 
 // serveProxy serves p on loopback with the forwarder under test, as run
 // does, and returns its URL.
@@ -38,6 +38,11 @@ func serveProxyWith(t testing.TB, p *proxy, fwd string) string {
 	ln := listen(t)
 	handoff := newConnListener(ln.Addr())
 	s := newH1Server(p, slog.New(slog.DiscardHandler), handoff)
+	if fwd == forwarderLoop {
+		if err := s.startLoops(loopCount(0)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	h2 := &http.Server{Handler: p.nethttp}
 	done := make(chan error, 2)
 	go func() { done <- s.Serve(ln) }()

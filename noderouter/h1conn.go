@@ -69,6 +69,16 @@ type h1conn struct {
 	up       atomic.Pointer[upConn] // the send's connection, closed when the caller left
 	rctx     context.Context        // ctx's, made on demand
 	cancel   context.CancelFunc
+
+	// Set when an event loop hands the connection over (loophandoff.go):
+	// prefix holds bytes it read from nc, read first; continued, it served
+	// requests on nc before (no h2c preface to look for); resume, an
+	// exchange it started, finished first; prior, its failed send of the
+	// first request.
+	prefix    []byte
+	continued bool
+	resume    *resumed
+	prior     *priorSend // the first request's failed send, made by the loop
 }
 
 func newH1conn(s *h1Server, nc net.Conn) *h1conn {
@@ -99,7 +109,12 @@ var (
 func (c *h1conn) serve() {
 	defer c.s.done(c)
 	c.br = readers.Get().(*bufio.Reader)
-	c.br.Reset(c.rw)
+	if len(c.prefix) > 0 {
+		c.br.Reset(&prefixReader{p: c.prefix, r: c.rw})
+		c.prefix = nil
+	} else {
+		c.br.Reset(c.rw)
+	}
 	c.bw = writers.Get().(*bufio.Writer)
 	c.bw.Reset(c.rw)
 	handedOff := false
@@ -113,7 +128,17 @@ func (c *h1conn) serve() {
 		c.bw.Reset(nil)
 		writers.Put(c.bw)
 	}()
-	for first := true; ; first = false {
+	if r := c.resume; r != nil {
+		c.resume = nil
+		c.finishResumed(r)
+		if c.closeAfter || c.s.shutdown.Load() {
+			if !c.bodyDone {
+				c.lingerClose()
+			}
+			return
+		}
+	}
+	for first := !c.continued; ; first = false {
 		c.idle.Store(true)
 		if c.s.shutdown.Load() {
 			return
@@ -260,7 +285,14 @@ func (c *h1conn) host() string         { return string(c.req.Host()) }
 func (c *h1conn) method() string       { return string(c.req.Method()) }
 func (c *h1conn) idempotencyKey() bool { _, ok := c.req.Get(HeaderIdempotencyKey); return ok }
 func (c *h1conn) bodyStarted() bool    { return c.sent }
-func (c *h1conn) gone() bool           { return c.left.Load() }
+
+// failedBefore hands the loop's failed send to the first request only.
+func (c *h1conn) failedBefore() *priorSend {
+	ps := c.prior
+	c.prior = nil
+	return ps
+}
+func (c *h1conn) gone() bool { return c.left.Load() }
 
 func (c *h1conn) contentLength() int64 {
 	switch f := c.req.Framing(); f.Kind {
@@ -297,8 +329,16 @@ func (c *h1conn) answer(a answer, fn string) {
 	if !c.bodyDone {
 		c.closeAfter = true
 	}
+	writeAnswer(c.bw, a, fn, c.closeAfter || c.s.shutdown.Load())
+	if err := c.bw.Flush(); err != nil {
+		c.closeAfter = true
+	}
+}
+
+// writeAnswer writes the router's own answer a (JSON) to w, with
+// Connection: close when closeConn.
+func writeAnswer(w *bufio.Writer, a answer, fn string, closeConn bool) {
 	b := a.body(fn)
-	w := c.bw
 	w.WriteString("HTTP/1.1 ")
 	w.WriteString(strconv.Itoa(a.status))
 	w.WriteByte(' ')
@@ -308,14 +348,11 @@ func (c *h1conn) answer(a answer, fn string) {
 	if a.retryAfter {
 		w.WriteString("\r\nRetry-After: " + retryAfter)
 	}
-	if c.closeAfter || c.s.shutdown.Load() {
+	if closeConn {
 		w.WriteString("\r\nConnection: close")
 	}
 	w.WriteString("\r\n\r\n")
 	w.Write(b)
-	if err := w.Flush(); err != nil {
-		c.closeAfter = true
-	}
 }
 
 // startWatch watches the caller's connection for its going away after d

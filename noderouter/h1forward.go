@@ -128,6 +128,12 @@ func (c *h1conn) exchange(up *upConn) error {
 	if err := up.bw.Flush(); err != nil {
 		return err
 	}
+	return c.awaitHead(up)
+}
+
+// awaitHead reads the response head from up, relaying 1xx responses to
+// the caller as they come.
+func (c *h1conn) awaitHead(up *upConn) error {
 	c.startWatch(watchAfter)
 	defer c.stopWatch()
 	for {
@@ -157,11 +163,17 @@ func (c *h1conn) exchange(up *upConn) error {
 // added: the framing, Host for an absolute-form target, the upgrade, and
 // this hop in X-Forwarded-* and Forwarded.
 func (c *h1conn) rewriteRequest() {
-	r := &c.req
 	if c.rewritten {
 		return
 	}
 	c.rewritten = true
+	c.scratch, c.add = forwardFields(&c.req, c.forIP, c.forwardedFor, c.scratch, c.add)
+}
+
+// forwardFields marks r's fields not forwarded and returns the fields to
+// add (reusing add; their values in scratch, reused too) for a caller at
+// forIP (forwardedFor as Forwarded names it).
+func forwardFields(r *h1.Request, forIP, forwardedFor string, scratch []byte, add []h1.Field) ([]byte, []h1.Field) {
 	upgrade := r.Upgrade()
 	r.DropHopByHop()
 	r.Drop(HeaderFunction)
@@ -169,25 +181,24 @@ func (c *h1conn) rewriteRequest() {
 		// Answered here (100 before the body is read), not forwarded.
 		r.Drop("Expect")
 	}
-	s := c.scratch[:0]
+	s := scratch[:0]
 	// X-Forwarded-For: the caller's chain and this hop, in one field.
 	xff := len(s)
 	s = r.AppendValues(s, "X-Forwarded-For", ", ")
 	if len(s) > xff {
 		s = append(s, ", "...)
 	}
-	s = append(s, c.forIP...)
+	s = append(s, forIP...)
 	xffEnd := len(s)
 	r.Drop("X-Forwarded-For")
 	fwd := len(s)
 	s = append(s, "for="...)
-	s = append(s, c.forwardedFor...)
+	s = append(s, forwardedFor...)
 	s = append(s, `;host="`...)
 	s = append(s, r.Host()...)
 	s = append(s, `";proto=http`...)
 	fwdEnd := len(s)
-	c.scratch = s
-	add := append(c.add[:0], h1.Field{Name: "X-Forwarded-For", Value: s[xff:xffEnd]})
+	add = append(add[:0], h1.Field{Name: "X-Forwarded-For", Value: s[xff:xffEnd]})
 	if _, ok := r.Get("X-Forwarded-Host"); !ok {
 		add = append(add, h1.Field{Name: "X-Forwarded-Host", Value: r.Host()})
 	}
@@ -205,7 +216,7 @@ func (c *h1conn) rewriteRequest() {
 	if upgrade != nil {
 		add = append(add, h1.Field{Name: "Connection", Value: upgradeToken}, h1.Field{Name: "Upgrade", Value: upgrade})
 	}
-	c.add = add
+	return s, add
 }
 
 var (

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,6 +17,9 @@ import (
 
 // Forwarders of HTTP/1.1 requests (--forwarder).
 const (
+	// forwarderLoop: event loops (loop.go) serve the warm exchange and
+	// hand everything else to forwarderH1's path.
+	forwarderLoop = "loop"
 	// forwarderH1: the router's own path (h1conn.go, h1forward.go): the
 	// goroutine that reads a request forwards it on a pooled connection
 	// and copies the answer back, with no hand-off.
@@ -44,15 +48,44 @@ type h1Server struct {
 	mu       sync.Mutex
 	lns      map[net.Listener]struct{}
 	conns    map[*h1conn]struct{}
-	wg       sync.WaitGroup // connections
+	wg       sync.WaitGroup // connections and event loops
+
+	// loops take the TCP listeners' connections when there are any
+	// (--forwarder=loop, loop.go); closed ends Serve for them.
+	loops     []*evloop
+	closed    chan struct{}
+	closeOnce sync.Once
 }
 
 func newH1Server(p *proxy, log *slog.Logger, handoff *connListener) *h1Server {
-	return &h1Server{p: p, log: log, handoff: handoff, lns: make(map[net.Listener]struct{}), conns: make(map[*h1conn]struct{})}
+	return &h1Server{p: p, log: log, handoff: handoff, lns: make(map[net.Listener]struct{}), conns: make(map[*h1conn]struct{}),
+		closed: make(chan struct{})}
 }
+
+// startLoops starts n event loops, which then take the connections of the
+// TCP listeners Serve is given.
+func (s *h1Server) startLoops(n int) error {
+	for range n {
+		l, err := newEvloop(s, n > 1)
+		if err != nil {
+			for _, l := range s.loops {
+				l.post(l.stop)
+			}
+			return fmt.Errorf("event loop: %w", err)
+		}
+		s.loops = append(s.loops, l)
+		s.wg.Add(1)
+		go l.run()
+	}
+	return nil
+}
+
+// loopDone is an event loop's last call.
+func (s *h1Server) loopDone() { s.wg.Done() }
 
 // Serve accepts connections on ln until Shutdown or Close, then returns
 // http.ErrServerClosed (as net/http's server does), or the accept error.
+// With event loops running, they accept on a TCP listener instead.
 func (s *h1Server) Serve(ln net.Listener) error {
 	s.mu.Lock()
 	if s.shutdown.Load() {
@@ -61,6 +94,15 @@ func (s *h1Server) Serve(ln net.Listener) error {
 	}
 	s.lns[ln] = struct{}{}
 	s.mu.Unlock()
+	if tl, ok := ln.(*net.TCPListener); ok && len(s.loops) > 0 {
+		for _, l := range s.loops {
+			if err := l.listen(tl); err != nil {
+				return fmt.Errorf("event loop listen: %w", err)
+			}
+		}
+		<-s.closed
+		return http.ErrServerClosed
+	}
 	var delay time.Duration
 	for {
 		nc, err := ln.Accept()
@@ -108,8 +150,12 @@ func (s *h1Server) done(c *h1conn) {
 func (s *h1Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	s.shutdown.Store(true)
+	s.closeOnce.Do(func() { close(s.closed) })
 	for ln := range s.lns {
 		_ = ln.Close()
+	}
+	for _, l := range s.loops {
+		l.post(l.drain)
 	}
 	for c := range s.conns {
 		c.wakeIfIdle()
@@ -131,8 +177,12 @@ func (s *h1Server) Shutdown(ctx context.Context) error {
 func (s *h1Server) Close() {
 	s.mu.Lock()
 	s.shutdown.Store(true)
+	s.closeOnce.Do(func() { close(s.closed) })
 	for ln := range s.lns {
 		_ = ln.Close()
+	}
+	for _, l := range s.loops {
+		l.post(l.stop)
 	}
 	for c := range s.conns {
 		_ = c.nc.Close()

@@ -108,6 +108,14 @@ func breakingInstance(t *testing.T) string {
 // there).
 func proxyServer(t *testing.T, res *fakeResolver, mutate func(*Config)) (*proxy, string) {
 	t.Helper()
+	p := testProxy(t, res, mutate)
+	return p, serveProxy(t, p)
+}
+
+// testProxy is a proxy over res with the default configuration, changed
+// by mutate (nil: none).
+func testProxy(t *testing.T, res *fakeResolver, mutate func(*Config)) *proxy {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeName, cfg.PodName = "node1", "router-x"
 	if mutate != nil {
@@ -116,8 +124,7 @@ func proxyServer(t *testing.T, res *fakeResolver, mutate func(*Config)) (*proxy,
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("node1"), res.cache, nil, res)
-	return p, serveProxy(t, p)
+	return newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("node1"), res.cache, nil, res)
 }
 
 func get(ctx context.Context, url, fn string) (*http.Response, error) {

@@ -52,6 +52,11 @@ type metrics struct {
 	// rejected counts requests turned away by a limit, by reason.
 	rejected *prometheus.CounterVec
 	bpfMode  *prometheus.GaugeVec
+	// loopServed counts the requests the event loops answered themselves;
+	// handovers those they gave to the goroutine path, by reason
+	// (handoverReasons), each once.
+	loopServed prometheus.Counter
+	handovers  map[string]prometheus.Counter
 	// steering is read by the BPF counter collector at scrape time; nil
 	// while BPF steering is not loaded.
 	steering atomic.Pointer[bpf.Steering]
@@ -217,6 +222,22 @@ func newMetrics(node string) *metrics {
 	for _, res := range getInstanceResults {
 		m.getInstance.WithLabelValues(res)
 	}
+	m.loopServed = prometheus.NewCounter(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "loop_requests_total",
+		Help: "Requests the event loops (--forwarder=loop) served from head to answer: warm bodiless GETs and HEADs whose answer has a length.",
+	})
+	handovers := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "loop_handovers_total",
+		Help: "Caller connections the event loops gave, with the request at hand, to the goroutine path (which serves them from then on), by reason: " +
+			"request (not a bodiless GET or HEAD, or a head it could not read: bodies, upgrades, h2c), cold (no cached instance: GetInstance, or oneshot), " +
+			"busy (every instance at its concurrencyLimit, or --max-in-flight reached), split (a head across reads), retry (the send failed before any answer), " +
+			"answer (in the middle: 1xx, 101, a body not framed by a length or larger than the loop's buffer).",
+	}, []string{"reason"})
+	m.handovers = map[string]prometheus.Counter{}
+	for _, r := range handoverReasons {
+		m.handovers[r] = handovers.WithLabelValues(r)
+	}
+	r.MustRegister(m.loopServed, handovers)
 	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream, m.functionSeconds,
 		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions,
 		m.queued, m.releases, m.rejected, m.bpfMode, newBPFCollector(&m.steering))

@@ -102,14 +102,15 @@ type attemptKey struct{}
 
 func attemptOf(r *http.Request) *attempt { return r.Context().Value(attemptKey{}).(*attempt) }
 
-func (x *httpExchange) functionHeader() string { return x.r.Header.Get(HeaderFunction) }
-func (x *httpExchange) host() string           { return x.r.Host }
-func (x *httpExchange) method() string         { return x.r.Method }
-func (x *httpExchange) idempotencyKey() bool   { return x.r.Header.Get(HeaderIdempotencyKey) != "" }
-func (x *httpExchange) contentLength() int64   { return x.r.ContentLength }
-func (x *httpExchange) ctx() context.Context   { return x.r.Context() }
-func (x *httpExchange) gone() bool             { return x.r.Context().Err() != nil }
-func (x *httpExchange) bodyStarted() bool      { return x.body.started() }
+func (x *httpExchange) functionHeader() string   { return x.r.Header.Get(HeaderFunction) }
+func (x *httpExchange) host() string             { return x.r.Host }
+func (x *httpExchange) method() string           { return x.r.Method }
+func (x *httpExchange) idempotencyKey() bool     { return x.r.Header.Get(HeaderIdempotencyKey) != "" }
+func (x *httpExchange) contentLength() int64     { return x.r.ContentLength }
+func (x *httpExchange) ctx() context.Context     { return x.r.Context() }
+func (x *httpExchange) gone() bool               { return x.r.Context().Err() != nil }
+func (x *httpExchange) bodyStarted() bool        { return x.body.started() }
+func (x *httpExchange) failedBefore() *priorSend { return nil }
 func (x *httpExchange) answer(a answer, fn string) {
 	a.write(x.w, fn)
 }

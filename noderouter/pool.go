@@ -3,8 +3,10 @@ package noderouter
 import (
 	"bufio"
 	"context"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,6 +23,8 @@ type upstreamPool struct {
 	mu     sync.Mutex
 	idle   map[string][]*upConn
 	closed bool
+	// closedFlag is closed, read without mu (by the event loops).
+	closedFlag atomic.Bool
 }
 
 // upConn is one connection to an instance with its buffers.
@@ -84,8 +88,33 @@ func (p *upstreamPool) dial(ctx context.Context, addr string) (*upConn, error) {
 	if err != nil {
 		return nil, err // a *net.OpError with Op "dial": classify and isDialError rely on it
 	}
+	return newUpConn(nc, addr, nil), nil
+}
+
+// newUpConn makes an upConn of nc, a connection to addr; prefix holds
+// bytes read from it already (an event loop's, handed over), read first.
+func newUpConn(nc net.Conn, addr string, prefix []byte) *upConn {
 	nc, d := newSock(nc, true)
-	return &upConn{Conn: nc, d: d, addr: addr, br: bufio.NewReaderSize(nc, upstreamBufSize), bw: bufio.NewWriterSize(nc, upstreamBufSize)}, nil
+	var r io.Reader = nc
+	if len(prefix) > 0 {
+		r = &prefixReader{p: prefix, r: nc}
+	}
+	return &upConn{Conn: nc, d: d, addr: addr, br: bufio.NewReaderSize(r, upstreamBufSize), bw: bufio.NewWriterSize(nc, upstreamBufSize)}
+}
+
+// prefixReader reads p, then r.
+type prefixReader struct {
+	p []byte
+	r io.Reader
+}
+
+func (r *prefixReader) Read(b []byte) (int, error) {
+	if len(r.p) > 0 {
+		n := copy(b, r.p)
+		r.p = r.p[n:]
+		return n, nil
+	}
+	return r.r.Read(b)
 }
 
 // put returns c after a complete exchange that left it reusable; the pool
@@ -140,10 +169,15 @@ func (p *upstreamPool) idleCount(addr string) int {
 	return len(p.idle[addr])
 }
 
+// isClosed reports that close was called (the event loops then close
+// their own idle connections too).
+func (p *upstreamPool) isClosed() bool { return p.closedFlag.Load() }
+
 // close closes every idle connection; connections put later are closed.
 func (p *upstreamPool) close() {
 	p.mu.Lock()
 	p.closed = true
+	p.closedFlag.Store(true)
 	idle := p.idle
 	p.idle = make(map[string][]*upConn)
 	p.mu.Unlock()

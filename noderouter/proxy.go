@@ -61,6 +61,10 @@ type exchange interface {
 	send(in *route.Instance, deadline time.Time) result
 	// bodyStarted reports that some of the request body was sent.
 	bodyStarted() bool
+	// failedBefore is a first send an event loop made of this request and
+	// that failed before any response (nil: none, as a rule): the core
+	// goes on from there as after its own failed send.
+	failedBefore() *priorSend
 	// answer writes the router's own answer; function names it ("" when
 	// unnamed).
 	answer(a answer, function string)
@@ -96,6 +100,9 @@ type proxy struct {
 	maxInFlight      int64 // router-wide; 0: no limit
 	coldStartTimeout time.Duration
 	maxHeaderBytes   int
+	// dialMark is the SO_MARK of instance dials (bpf.DefaultSkipMark
+	// with steering on; 0: none), for the event loops' own dials.
+	dialMark uint32
 
 	// inFlight counts the requests past parsing (for --max-in-flight;
 	// kept only when it is on).
@@ -132,10 +139,16 @@ func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, nega
 
 // parse finds the function a request names: the header first, then Host.
 func (p *proxy) parse(ex exchange) (route.Ref, error) {
-	if v := ex.functionHeader(); v != "" {
-		return route.ParseHeader(v, p.defaultNamespace)
+	return p.parseName(ex.functionHeader(), ex.host())
+}
+
+// parseName finds the function named by X-Skipper-Function's value fh
+// ("" when absent), else by the Host host.
+func (p *proxy) parseName(fh, host string) (route.Ref, error) {
+	if fh != "" {
+		return route.ParseHeader(fh, p.defaultNamespace)
 	}
-	ref, ok, err := route.ParseHost(ex.host())
+	ref, ok, err := route.ParseHost(host)
 	if !ok {
 		return route.Ref{}, route.ErrNoFunction
 	}
@@ -208,14 +221,20 @@ func (p *proxy) serve(ex exchange) {
 	case f.res.aborted != 0:
 		p.aborted(f, start)
 	default:
-		fm := p.m.function(f.e.Key)
-		f.e.Requests.Add(1)
-		fm.count(f.res.status).Inc()
-		total := time.Since(start)
-		p.m.upstream.Observe(f.upstream.Seconds())
-		p.m.overhead.Observe((total - f.upstream - waited).Seconds())
-		fm.seconds.Observe(total.Seconds())
+		p.served(f, start, waited)
 	}
+}
+
+// served counts a request an instance answered: f.upstream of the time
+// since start went to the sends, waited to GetInstance and backoff.
+func (p *proxy) served(f forwarded, start time.Time, waited time.Duration) {
+	fm := p.m.function(f.e.Key)
+	f.e.Requests.Add(1)
+	fm.count(f.res.status).Inc()
+	total := time.Since(start)
+	p.m.upstream.Observe(f.upstream.Seconds())
+	p.m.overhead.Observe((total - f.upstream - waited).Seconds())
+	fm.seconds.Observe(total.Seconds())
 }
 
 // attempt sends the request to in (whose slot take handed out) once, and
@@ -318,6 +337,13 @@ func (p *proxy) take(ex exchange, ref route.Ref, e *route.Entry, a *route.Assign
 
 // finish answers a request the router could not forward and counts it.
 func (p *proxy) finish(ex exchange, e *route.Entry, ans answer, ref route.Ref) {
+	ex.answer(ans, p.count(e, ans, ref))
+}
+
+// count counts the router's own answer ans to a request for ref (e: its
+// entry, nil when the cache holds none) and returns the function name the
+// answer's body gives ("" when the request named none).
+func (p *proxy) count(e *route.Entry, ans answer, ref route.Ref) string {
 	label := ""
 	if e != nil {
 		e.Requests.Add(1)
@@ -330,9 +356,8 @@ func (p *proxy) finish(ex exchange, e *route.Entry, ans answer, ref route.Ref) {
 	if slices.Contains(rejectReasons, ans.reason) {
 		p.m.rejected.WithLabelValues(ans.reason).Inc()
 	}
-	fn := ""
 	if ref.Name != "" {
-		fn = ref.String()
+		return ref.String()
 	}
-	ex.answer(ans, fn)
+	return ""
 }

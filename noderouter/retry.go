@@ -142,7 +142,22 @@ func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Ass
 	// of those evicted; both stay nil on the warm path.
 	var failed []*route.Instance
 	var dead []string
-	for n := 1; ; n++ {
+	n := 1
+	if ps := ex.failedBefore(); ps != nil {
+		// An event loop's send was the first (it evicted a dead
+		// instance and checked that the request may be sent again).
+		f.instance = ps.in
+		failed = append(failed, ps.in)
+		if isDialError(ps.err) {
+			dead = append(dead, ps.in.PodUID)
+		}
+		var ok bool
+		if a, ok = p.again(ex, ref, &f, a, n, dead, deadline); !ok {
+			return f
+		}
+		n++
+	}
+	for ; ; n++ {
 		oneshot := a.Config.Oneshot
 		t := time.Now()
 		in, ans := p.take(ex, ref, f.e, a, failed)
@@ -182,30 +197,46 @@ func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Ass
 			f.ans = upstreamAnswer(err)
 			return f
 		}
-		p.m.retries.Inc()
 		failed = append(failed, in)
 		if fail != failDial {
 			p.log.Info("connection to instance broke before a response; retrying", "function", f.e.Key, "pod", in.Pod, "err", err)
 		}
-		if err := p.backoff(ex, n, deadline); err != nil {
-			f.ans = upstreamAnswer(err)
+		var ok bool
+		if a, ok = p.again(ex, ref, &f, a, n, dead, deadline); !ok {
 			return f
 		}
-		f.waited += time.Since(t2)
-		if _, next := p.cache.Lookup(ref); next != nil && (len(next.Instances) > 0 || next.Config.Oneshot) {
-			a = next
-			continue
-		}
-		// The cached set ran dry: ask the owner, naming what failed to dial.
-		t = time.Now()
-		ne, na, err := p.resolver.resolve(ex.ctx(), ref, a.Generation, dead)
-		f.waited += time.Since(t)
-		if err != nil {
-			f.ans, _ = controllerAnswer(err)
-			return f
-		}
-		f.e, a = ne, na
 	}
+}
+
+// priorSend is a send of a request that failed before any response.
+type priorSend struct {
+	in  *route.Instance
+	err error
+}
+
+// again prepares the send after the failed send n: the backoff, then the
+// cached set, or the owner's when it ran dry (naming dead, what failed to
+// dial). false: f holds the answer instead.
+func (p *proxy) again(ex exchange, ref route.Ref, f *forwarded, a *route.Assignment, n int, dead []string, deadline time.Time) (*route.Assignment, bool) {
+	p.m.retries.Inc()
+	t := time.Now()
+	if err := p.backoff(ex, n, deadline); err != nil {
+		f.ans = upstreamAnswer(err)
+		return a, false
+	}
+	f.waited += time.Since(t)
+	if _, next := p.cache.Lookup(ref); next != nil && (len(next.Instances) > 0 || next.Config.Oneshot) {
+		return next, true
+	}
+	t = time.Now()
+	ne, na, err := p.resolver.resolve(ex.ctx(), ref, a.Generation, dead)
+	f.waited += time.Since(t)
+	if err != nil {
+		f.ans, _ = controllerAnswer(err)
+		return a, false
+	}
+	f.e = ne
+	return na, true
 }
 
 // backoff waits before the next of n sends: the jittered backoff, cut at

@@ -185,10 +185,15 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	// or h1's, which hands h2c connections to net/http's.
 	var h1Srv *h1Server
 	var dataServer interface{ Serve(net.Listener) error } = dataSrv
-	if rt.cfg.Forwarder == forwarderH1 {
+	if rt.cfg.Forwarder == forwarderH1 || rt.cfg.Forwarder == forwarderLoop {
 		handoff := newConnListener(data.Addr())
 		h1Srv = newH1Server(rt.proxy, rt.log, handoff)
 		dataServer = h1Srv
+		if rt.cfg.Forwarder == forwarderLoop {
+			if err := h1Srv.startLoops(loopCount(rt.cfg.Loops)); err != nil {
+				errc <- err // stops run below
+			}
+		}
 		wg.Go(func() { serve(dataSrv, handoff, "data plane (h2c)") })
 	}
 	wg.Go(func() { serve(dataServer, data, "data plane") })

@@ -140,6 +140,7 @@ func (rt *router) markDials() {
 	d := instanceDialer(rt.cfg, bpf.MarkControl(bpf.DefaultSkipMark))
 	rt.proxy.nethttp.transport.DialContext = d.DialContext
 	rt.proxy.pool.dialer = d
+	rt.proxy.dialMark = bpf.DefaultSkipMark
 	rt.cp.dialer = &net.Dialer{Control: bpf.MarkControl(bpf.DefaultSkipMark)}
 }
 

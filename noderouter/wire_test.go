@@ -193,11 +193,17 @@ func wireRouter(t *testing.T, in *wireInstance) (*proxy, string) {
 // the router's idle connections closed, the instance's reads ended.
 func settle(t *testing.T, p *proxy, in *wireInstance) []wireReq {
 	t.Helper()
-	if testForwarder == forwarderH1 {
+	switch testForwarder {
+	case forwarderH1:
 		// When the caller saw its connection end, every upstream
 		// connection of it was back in the pool or closed.
 		p.pool.close()
-	} else {
+	case forwarderLoop:
+		// The loops close their idle connections at their next sweep once
+		// the pool is closed.
+		p.pool.close()
+		poll(t, "the instance's connections closed", func() bool { return in.open.Load() == 0 })
+	default:
 		// The transport may put a connection back after the caller's
 		// connection ended.
 		poll(t, "the instance's connections closed", func() bool {

@@ -1,0 +1,596 @@
+package noderouter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"skipper.dev/skipper/noderouter/h1"
+)
+
+// An evloop serves the warm exchange the way nginx does (issue 14,
+// docs/architecture.md "What the design costs, measured"): one locked
+// thread with its own epoll set takes callers' connections from the
+// listeners, reads each request head, picks an instance from the cache,
+// writes the request on a kept-alive instance connection of its own and,
+// when the whole answer is there, writes it back, all with raw
+// non-blocking system calls and no goroutine per connection. Readiness is
+// tracked as nginx does: a short read means the socket is drained until
+// its next edge. Its peers stay awake between one write and the next, and
+// a request costs no goroutine hand-off.
+//
+// It serves only what is warm and simple: a GET or HEAD without a body
+// for a function the cache holds instances of, one of which has a free
+// slot, whose answer is framed by a length and fits its buffer. Anything
+// else goes to the goroutine path with its connection (loophandoff.go):
+// before anything was sent (bodies, upgrades, h2c, cold starts, queueing,
+// oneshot functions, a head cut in two reads, a failed send, which the
+// goroutine path retries), or in the middle of the answer (1xx, 101,
+// chunked or close-delimited bodies, bodies larger than the buffer).
+//
+// Lock order: none of its own. A loop's state is its goroutine's; other
+// goroutines reach it only through post.
+type evloop struct {
+	s   *h1Server
+	p   *proxy
+	log *slog.Logger
+
+	ep, wake  int // the epoll set; an eventfd that wakes it for post
+	exclusive bool
+
+	mu    sync.Mutex
+	posts []func() // run by the loop (post)
+	ended bool     // run returned; posts run at once
+
+	lns      map[int]bool // listener fds (duplicates of the server's)
+	conns    []*lconn     // by fd
+	callers  int          // caller connections open
+	idle     map[string][]*lconn
+	addrs    map[string]unix.Sockaddr
+	events   []unix.EpollEvent
+	draining bool
+	stopped  bool
+	paused   bool // accepting paused (out of file descriptors)
+	sweepAt  time.Time
+
+	// Scratch of the request and answer being handled (one at a time).
+	fdw     fdWriter
+	bw      *bufio.Writer
+	rd      bytes.Reader
+	br      *bufio.Reader
+	req     h1.Request
+	resp    h1.Response
+	scratch []byte
+	fields  []h1.Field
+}
+
+// lconn is a connection an event loop owns: a caller's or an instance's.
+type lconn struct {
+	fd    int
+	up    bool // an instance connection
+	peer  *lconn
+	in    []byte
+	n     int    // bytes in in
+	ready bool   // readable as far as the loop knows
+	out   []byte // what a full send buffer left, written on its next edge
+	since time.Time
+
+	// A caller's.
+	forIP, forwardedFor string
+	served              int  // requests answered on it
+	closeAfter          bool // close once out is written
+	x                   lexchange
+
+	// An instance's.
+	addr       string
+	pooled     bool // in the loop's idle list
+	connecting bool
+	dialBy     time.Time
+	reused     bool
+}
+
+const (
+	loopBufSize   = 16 << 10
+	loopSweep     = time.Second
+	loopEvents    = 128
+	acceptBatch   = 64
+	epollConnBits = unix.EPOLLIN | unix.EPOLLOUT | unix.EPOLLRDHUP | unix.EPOLLET
+)
+
+// loopCount is the number of event loops for --loops n.
+func loopCount(n int) int {
+	if n > 0 {
+		return n
+	}
+	return max(1, runtime.GOMAXPROCS(0)-1)
+}
+
+func newEvloop(s *h1Server, exclusive bool) (*evloop, error) {
+	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("epoll_create1: %w", err)
+	}
+	wake, err := unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC)
+	if err != nil {
+		_ = unix.Close(ep)
+		return nil, fmt.Errorf("eventfd: %w", err)
+	}
+	if err := unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, wake, &unix.EpollEvent{Events: unix.EPOLLIN, Fd: int32(wake)}); err != nil {
+		_ = unix.Close(ep)
+		_ = unix.Close(wake)
+		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
+	}
+	l := &evloop{s: s, p: s.p, log: s.log, ep: ep, wake: wake, exclusive: exclusive,
+		lns: map[int]bool{}, idle: map[string][]*lconn{}, addrs: map[string]unix.Sockaddr{},
+		events: make([]unix.EpollEvent, loopEvents)}
+	l.fdw.l = l
+	l.bw = bufio.NewWriterSize(&l.fdw, loopBufSize)
+	l.br = bufio.NewReaderSize(&l.rd, loopBufSize)
+	return l, nil
+}
+
+// post runs f on the loop's goroutine (at once, under mu, once the loop
+// has ended: f finds nothing left to act on but what it owns itself).
+func (l *evloop) post(f func()) {
+	l.mu.Lock()
+	if l.ended {
+		f()
+		l.mu.Unlock()
+		return
+	}
+	l.posts = append(l.posts, f)
+	l.mu.Unlock()
+	var one = [8]byte{1}
+	_, _ = unix.Write(l.wake, one[:])
+}
+
+// listen makes the loop accept on a duplicate of ln's socket. The
+// server's own accept loop must not run on ln meanwhile.
+func (l *evloop) listen(ln *net.TCPListener) error {
+	rc, err := ln.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var fd int
+	var derr error
+	if err := rc.Control(func(s uintptr) { fd, derr = unix.Dup(int(s)) }); err != nil {
+		return err
+	}
+	if derr != nil {
+		return fmt.Errorf("dup listener: %w", derr)
+	}
+	unix.CloseOnExec(fd)
+	l.post(func() {
+		if l.draining || l.stopped {
+			_ = unix.Close(fd)
+			return
+		}
+		l.lns[fd] = true
+		l.watchListener(fd)
+	})
+	return nil
+}
+
+func (l *evloop) watchListener(fd int) {
+	ev := uint32(unix.EPOLLIN)
+	if l.exclusive {
+		ev |= unix.EPOLLEXCLUSIVE
+	}
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, fd, &unix.EpollEvent{Events: ev, Fd: int32(fd)}); err != nil {
+		l.log.Error("event loop: watch listener", "err", err)
+	}
+}
+
+// run serves until the server is closed, or shut down and every caller
+// connection of the loop ended. It owns the loop's thread.
+func (l *evloop) run() {
+	runtime.LockOSThread()
+	defer l.closeAll()
+	l.sweepAt = time.Now().Add(loopSweep)
+	for !l.stopped && !(l.draining && l.callers == 0) {
+		timeout := -1
+		if l.callers > 0 || len(l.idle) > 0 || l.paused {
+			timeout = int(max(time.Until(l.sweepAt), 0) / time.Millisecond)
+		}
+		n, err := l.wait(timeout)
+		if err != nil {
+			l.log.Error("event loop: epoll_wait", "err", err)
+			l.s.Close()
+			return
+		}
+		for i := range n {
+			ev := l.events[i]
+			fd := int(ev.Fd)
+			switch {
+			case fd == l.wake:
+				l.runPosts()
+			case l.lns[fd]:
+				l.accept(fd)
+			default:
+				if c := l.conn(fd); c != nil {
+					l.event(c, ev.Events)
+				}
+			}
+		}
+		if now := time.Now(); !now.Before(l.sweepAt) {
+			l.sweep(now)
+			l.sweepAt = now.Add(loopSweep)
+		}
+	}
+}
+
+// wait is epoll_wait: first without blocking and without giving up the P
+// (a busy loop finds events at once), then blocking (the P goes to other
+// goroutines meanwhile). One P is left to the rest of the router (see
+// loopCount): a loop blocked here is a P in a system call, and with no P
+// idle the runtime would start a spinning thread each time.
+func (l *evloop) wait(timeout int) (int, error) {
+	ev := l.events
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), 0, 0, 0)
+	if e == 0 && n > 0 {
+		return int(n), nil
+	}
+	if timeout == 0 {
+		return 0, nil
+	}
+	for {
+		m, err := unix.EpollWait(l.ep, ev, timeout)
+		if err == unix.EINTR {
+			continue
+		}
+		return m, err
+	}
+}
+
+func (l *evloop) runPosts() {
+	var b [8]byte
+	_, _ = unix.Read(l.wake, b[:])
+	l.mu.Lock()
+	posts := l.posts
+	l.posts = nil
+	l.mu.Unlock()
+	for _, f := range posts {
+		f()
+	}
+}
+
+func (l *evloop) conn(fd int) *lconn {
+	if fd < len(l.conns) {
+		return l.conns[fd]
+	}
+	return nil
+}
+
+// add puts c in the loop's table and epoll set.
+func (l *evloop) add(c *lconn) error {
+	for c.fd >= len(l.conns) {
+		l.conns = append(l.conns, make([]*lconn, len(l.conns)+64)...)
+	}
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: epollConnBits, Fd: int32(c.fd)}); err != nil {
+		return fmt.Errorf("epoll_ctl: %w", err)
+	}
+	l.conns[c.fd] = c
+	if !c.up {
+		l.callers++
+	}
+	return nil
+}
+
+// forget takes c out of the loop (its fd stays open); false when it was
+// not in it.
+func (l *evloop) forget(c *lconn) bool {
+	if c == nil || l.conn(c.fd) != c {
+		return false
+	}
+	_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, c.fd, nil)
+	l.conns[c.fd] = nil
+	if c.pooled {
+		l.unpool(c)
+	}
+	if !c.up {
+		l.callers--
+	}
+	return true
+}
+
+// close closes c and the connection paired with it; a caller's exchange
+// in progress ends as one whose caller went away (499).
+func (l *evloop) close(c *lconn) {
+	if !l.forget(c) {
+		return
+	}
+	_ = unix.Close(c.fd)
+	if p := c.peer; p != nil {
+		c.peer, p.peer = nil, nil
+		l.close(p)
+	}
+	if !c.up && c.x.busy {
+		x := c.x
+		l.endSlot(c)
+		l.p.count(x.e, upstreamAnswer(context.Canceled), x.ref)
+	}
+}
+
+// accept takes the connections waiting on the listener ln.
+func (l *evloop) accept(ln int) {
+	for range acceptBatch {
+		fd, sa, err := unix.Accept4(ln, unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC)
+		switch {
+		case err == unix.EAGAIN:
+			return
+		case err == unix.EMFILE || err == unix.ENFILE || err == unix.ENOBUFS || err == unix.ENOMEM:
+			// Out of descriptors: stop accepting until the next sweep, as
+			// net/http's server backs off.
+			l.log.Warn("accept", "err", err, "retry_in", loopSweep.String())
+			l.pauseAccept()
+			return
+		case err != nil:
+			continue // the caller gave up before the accept (ECONNABORTED)
+		}
+		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		c := &lconn{fd: fd, in: make([]byte, loopBufSize), since: time.Now()}
+		c.forIP, c.forwardedFor = forwardedNames(sockaddrIP(sa))
+		if err := l.add(c); err != nil {
+			_ = unix.Close(fd)
+			continue
+		}
+		l.fromCaller(c) // bytes may be there already
+	}
+}
+
+func (l *evloop) pauseAccept() {
+	l.paused = true
+	for fd := range l.lns {
+		_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
+	}
+}
+
+// forwardedNames are the caller's address as X-Forwarded-For and
+// Forwarded name it (IPv6 quoted and bracketed in Forwarded).
+func forwardedNames(ip netip.Addr) (forIP, forwardedFor string) {
+	forIP = ip.String()
+	if ip.Is6() && !ip.Is4In6() {
+		return forIP, `"[` + forIP + `]"`
+	}
+	return forIP, forIP
+}
+
+func sockaddrIP(sa unix.Sockaddr) netip.Addr {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrFrom4(a.Addr)
+	case *unix.SockaddrInet6:
+		return netip.AddrFrom16(a.Addr).Unmap()
+	}
+	return netip.Addr{}
+}
+
+// event handles what epoll said of c.
+func (l *evloop) event(c *lconn, ev uint32) {
+	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		c.ready = true
+	}
+	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
+		if c.connecting {
+			l.connected(c)
+			if l.conn(c.fd) != c {
+				return
+			}
+		}
+		if len(c.out) > 0 && !l.flushOut(c) {
+			return
+		}
+	}
+	if c.up {
+		l.fromInstance(c)
+		return
+	}
+	if c.x.busy {
+		if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+			// The caller went away while its request waits.
+			l.abort(c, errCallerLeft)
+		}
+		return
+	}
+	l.fromCaller(c)
+}
+
+var errCallerLeft = errors.New("caller went away")
+
+// readResult is what fill found.
+type readResult int
+
+const (
+	readSome readResult = iota // bytes came
+	readNone                   // nothing now (or the buffer is full)
+	readEnd                    // the peer closed, or the read failed
+)
+
+// fill reads what the socket has into c.in.
+func (l *evloop) fill(c *lconn) readResult {
+	if !c.ready || c.n == len(c.in) {
+		return readNone
+	}
+	m, err := rawRead(uintptr(c.fd), c.in[c.n:])
+	switch {
+	case err == syscall.EAGAIN:
+		c.ready = false
+		return readNone
+	case err != nil || m == 0:
+		return readEnd
+	}
+	if m < len(c.in)-c.n {
+		c.ready = false // drained: the next edge says when there is more
+	}
+	c.n += m
+	return readSome
+}
+
+// fdWriter writes to the loop's current connection (set before each use
+// of the loop's bw): at once, and what a full send buffer leaves into the
+// connection's out, written on its next edge.
+type fdWriter struct {
+	l *evloop
+	c *lconn
+}
+
+func (w *fdWriter) Write(p []byte) (int, error) {
+	c := w.c
+	if c.connecting || len(c.out) > 0 {
+		c.out = append(c.out, p...)
+		return len(p), nil
+	}
+	n, full, err := writeAll(uintptr(c.fd), p)
+	if err != nil {
+		return n, err
+	}
+	if full {
+		c.out = append(c.out, p[n:]...)
+	}
+	return len(p), nil
+}
+
+// flushOut writes what c.out holds; false when c was closed.
+func (l *evloop) flushOut(c *lconn) bool {
+	n, _, err := writeAll(uintptr(c.fd), c.out)
+	if err != nil {
+		if c.up {
+			l.instanceFailed(c, err)
+		} else {
+			l.close(c)
+		}
+		return false
+	}
+	c.out = c.out[:copy(c.out, c.out[n:])]
+	if len(c.out) == 0 && !c.up {
+		if c.closeAfter {
+			l.close(c)
+			return false
+		}
+		if !c.x.busy {
+			l.fromCaller(c) // requests waited for the answer to go out
+			return l.conn(c.fd) == c
+		}
+	}
+	return true
+}
+
+// sweep closes what idled too long, answers requests whose deadline
+// passed, fails connects that took too long, and accepts again after a
+// pause.
+func (l *evloop) sweep(now time.Time) {
+	if l.paused && !l.draining {
+		l.paused = false
+		for fd := range l.lns {
+			l.watchListener(fd)
+		}
+	}
+	for _, c := range l.conns {
+		switch {
+		case c == nil:
+		case c.up && c.connecting && !now.Before(c.dialBy):
+			l.instanceFailed(c, &net.OpError{Op: "dial", Net: "tcp", Err: errDialTimeout})
+		case c.up:
+		case c.x.busy && !c.x.deadline.IsZero() && !now.Before(c.x.deadline):
+			l.abort(c, errRequestTimeout)
+		case !c.x.busy && now.Sub(c.since) >= idleTimeout:
+			l.close(c)
+		}
+	}
+	poolClosed := l.p.pool.isClosed()
+	for addr, list := range l.idle {
+		n := 0
+		for n < len(list) && (poolClosed || now.Sub(list[n].since) >= l.p.pool.idleTimeout) {
+			n++
+		}
+		if n == 0 {
+			continue
+		}
+		stale := append([]*lconn(nil), list[:n]...)
+		if n == len(list) {
+			delete(l.idle, addr)
+		} else {
+			l.idle[addr] = append(list[:0], list[n:]...)
+		}
+		for _, up := range stale {
+			up.pooled = false
+			l.close(up)
+		}
+	}
+	if len(l.addrs) > 4096 {
+		clear(l.addrs)
+	}
+}
+
+var (
+	errDialTimeout    = errors.New("connect timed out")
+	errRequestTimeout = errors.New("request timed out")
+)
+
+// drain stops accepting, closes idle callers, and has busy ones closed
+// after their exchange; run returns once none is left.
+func (l *evloop) drain() {
+	l.draining = true
+	for fd := range l.lns {
+		_ = unix.EpollCtl(l.ep, unix.EPOLL_CTL_DEL, fd, nil)
+		_ = unix.Close(fd)
+	}
+	clear(l.lns)
+	for _, c := range l.conns {
+		if c == nil || c.up {
+			continue
+		}
+		c.closeAfter = true
+		if !c.x.busy && len(c.out) == 0 {
+			l.close(c)
+		}
+	}
+}
+
+// stop ends run: busy exchanges are aborted (their slots given back).
+func (l *evloop) stop() {
+	l.stopped = true
+}
+
+// closeAll closes everything the loop holds (run's end).
+func (l *evloop) closeAll() {
+	for _, c := range l.conns {
+		if c != nil && !c.up {
+			l.close(c)
+		}
+	}
+	for _, c := range l.conns {
+		if c != nil {
+			l.close(c)
+		}
+	}
+	clear(l.idle)
+	for fd := range l.lns {
+		_ = unix.Close(fd)
+	}
+	clear(l.lns)
+	l.mu.Lock()
+	l.ended = true
+	// Posts left run now, so that nothing they own is lost (a listener's
+	// fd).
+	for _, f := range l.posts {
+		f()
+	}
+	l.posts = nil
+	l.mu.Unlock()
+	_ = unix.Close(l.ep)
+	_ = unix.Close(l.wake)
+	l.s.loopDone()
+}

@@ -1,0 +1,584 @@
+package noderouter
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"skipper.dev/skipper/noderouter/h1"
+	"skipper.dev/skipper/noderouter/route"
+)
+
+// lexchange is the request an event loop's caller connection waits on
+// (busy), from its head to its answer: parse → pick → forward → finish,
+// as proxy.serve, for the warm case only (see evloop).
+type lexchange struct {
+	busy      bool
+	hlen      int // the head's bytes at the front of the caller's in
+	head      bool
+	minor     byte
+	counted   bool // in proxy.inFlight (--max-in-flight)
+	ref       route.Ref
+	e         *route.Entry
+	in        *route.Instance // its slot held while busy
+	start     time.Time       // the head was read
+	sent      time.Time       // the request went out
+	deadline  time.Time       // zero: none
+	keepAlive bool
+	fresh     bool // sent again on a new connection (failed)
+}
+
+var crlfcrlf = []byte("\r\n\r\n")
+
+// Why an event loop handed a connection over (loop_handovers_total).
+const (
+	handoverRequest = "request"
+	handoverCold    = "cold"
+	handoverBusy    = "busy"
+	handoverSplit   = "split"
+	handoverRetry   = "retry"
+	handoverAnswer  = "answer"
+)
+
+var handoverReasons = []string{handoverRequest, handoverCold, handoverBusy, handoverSplit, handoverRetry, handoverAnswer}
+
+// fromCaller reads and serves c's requests, one at a time, until one
+// waits on an instance, nothing more is there, or c is handed over.
+func (l *evloop) fromCaller(c *lconn) {
+	for l.conn(c.fd) == c && !c.x.busy && len(c.out) == 0 {
+		if c.closeAfter {
+			l.close(c)
+			return
+		}
+		if c.served == 0 && c.n > 0 && h1.IsH2Preface(c.in[:min(c.n, h1.H2PrefaceLen)]) {
+			l.handOver(c, handoverRequest) // h2c: net/http's, through the goroutine path
+			return
+		}
+		if end := bytes.Index(c.in[:c.n], crlfcrlf); end >= 0 {
+			l.begin(c, end+len(crlfcrlf))
+			continue
+		}
+		if c.n == len(c.in) {
+			l.handOver(c, handoverRequest) // a head larger than the loop's buffer
+			return
+		}
+		switch l.fill(c) {
+		case readSome:
+			continue
+		case readEnd:
+			l.close(c)
+			return
+		}
+		if c.n > 0 {
+			// A head cut across reads: the goroutine path waits for the
+			// rest (within the header timeout) and serves the request.
+			l.handOver(c, handoverSplit)
+		}
+		return
+	}
+}
+
+// loopable reports a request the loop may serve: a GET or HEAD without a
+// body, upgrade or Expect.
+func loopable(r *h1.Request) bool {
+	m := r.Method()
+	return (string(m) == "GET" || string(m) == "HEAD") && r.Framing().Kind == h1.BodyNone &&
+		r.Upgrade() == nil && !r.ExpectContinue()
+}
+
+// begin serves the request whose head is c.in[:hlen] if it is warm, and
+// hands c over otherwise.
+func (l *evloop) begin(c *lconn, hlen int) {
+	p := l.p
+	start := time.Now()
+	r := &l.req
+	l.rd.Reset(c.in[:hlen])
+	l.br.Reset(&l.rd)
+	if err := r.Read(l.br, p.maxHeaderBytes); err != nil || !loopable(r) {
+		l.handOver(c, handoverRequest) // refused or served there, as it always was
+		return
+	}
+	fh := ""
+	if v, ok := r.Get(HeaderFunction); ok {
+		fh = string(v)
+	}
+	ref, err := p.parseName(fh, string(r.Host()))
+	if err != nil {
+		l.handOver(c, handoverRequest)
+		return
+	}
+	e, a := p.cache.Lookup(ref)
+	if a == nil || a.Config.Oneshot || len(a.Instances) == 0 {
+		l.handOver(c, handoverCold) // cold, or oneshot: GetInstance
+		return
+	}
+	counted := p.maxInFlight > 0
+	if counted && p.inFlight.Add(1) > p.maxInFlight {
+		p.inFlight.Add(-1)
+		l.handOver(c, handoverBusy) // answered there
+		return
+	}
+	in := a.Acquire(rand.Uint64(), a.Config.ConcurrencyLimit, nil)
+	if in == nil {
+		if counted {
+			p.inFlight.Add(-1)
+		}
+		l.handOver(c, handoverBusy) // queued there
+		return
+	}
+	e.InFlight.Add(1)
+	in.Requests.Add(1)
+	timeout := p.requestTimeout
+	if a.Config.Timeout > 0 {
+		timeout = a.Config.Timeout
+	}
+	c.x = lexchange{busy: true, hlen: hlen, head: r.IsHEAD(), minor: r.Minor(), counted: counted,
+		ref: ref, e: e, in: in, start: start, keepAlive: r.KeepAlive()}
+	if timeout > 0 {
+		c.x.deadline = start.Add(timeout)
+	}
+	if !c.x.keepAlive {
+		c.closeAfter = true
+	}
+	l.send(c, false)
+}
+
+// send writes c's request, parsed in l.req, to its instance: on the
+// connection used last, or on a new one when fresh.
+func (l *evloop) send(c *lconn, fresh bool) {
+	addr := c.x.in.Address
+	now := time.Now()
+	var up *lconn
+	var err error
+	if fresh {
+		up, err = l.dial(addr, now)
+	} else {
+		up, err = l.upstream(addr, now)
+	}
+	if err != nil {
+		l.failed(c, err, false)
+		return
+	}
+	l.scratch, l.fields = forwardFields(&l.req, c.forIP, c.forwardedFor, l.scratch, l.fields)
+	l.fdw.c = up
+	err = h1.WriteRequest(l.bw, &l.req, l.fields)
+	if err == nil {
+		err = l.bw.Flush()
+	}
+	if err != nil {
+		l.bw.Reset(&l.fdw)
+		l.close(up)
+		l.failed(c, err, up.reused)
+		return
+	}
+	c.peer, up.peer = up, c
+	c.x.sent = time.Now()
+	up.ready = false // the answer cannot be there yet: wait for its edge
+}
+
+// failed handles a send of c's request that failed before any response,
+// as h1conn.send and the forward loop do: a kept-alive connection the
+// instance closed as it was reused is replaced by a new one once; a
+// failed connect evicts the instance; then the goroutine path sends the
+// request again (elsewhere, after the backoff) if --max-attempts allows,
+// and the loop answers otherwise. A GET or HEAD may always be sent again.
+func (l *evloop) failed(c *lconn, err error, reused bool) {
+	if reused && !c.x.fresh && retryFresh(err) {
+		c.x.fresh = true
+		l.rd.Reset(c.in[:c.x.hlen])
+		l.br.Reset(&l.rd)
+		if l.req.Read(l.br, l.p.maxHeaderBytes) == nil {
+			l.send(c, true)
+			return
+		}
+	}
+	l.evict(c, err)
+	if l.p.maxAttempts <= 1 {
+		l.fail(c, err)
+		return
+	}
+	in := c.x.in
+	l.endSlot(c)
+	l.handOver(c, handoverRetry, &priorSend{in: in, err: err})
+}
+
+// upstream returns a kept-alive connection to addr, the one used last, or
+// a new one.
+func (l *evloop) upstream(addr string, now time.Time) (*lconn, error) {
+	list := l.idle[addr]
+	for len(list) > 0 {
+		up := list[len(list)-1]
+		list[len(list)-1] = nil
+		list = list[:len(list)-1]
+		l.idle[addr] = list
+		up.pooled = false
+		if now.Sub(up.since) < l.p.pool.idleTimeout {
+			if len(list) == 0 {
+				delete(l.idle, addr)
+			}
+			up.reused = true
+			return up, nil
+		}
+		l.close(up)
+	}
+	delete(l.idle, addr)
+	return l.dial(addr, now)
+}
+
+// putIdle keeps up for the next request to its address, unless the pool
+// of the address is full.
+func (l *evloop) putIdle(up *lconn, now time.Time) {
+	list := l.idle[up.addr]
+	if len(list) >= l.p.pool.maxIdle || l.draining || l.p.pool.isClosed() {
+		l.close(up)
+		return
+	}
+	up.since, up.pooled, up.n = now, true, 0
+	l.idle[up.addr] = append(list, up)
+}
+
+// unpool takes up out of its address's idle list.
+func (l *evloop) unpool(up *lconn) {
+	list := l.idle[up.addr]
+	for i, o := range list {
+		if o == up {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(l.idle, up.addr)
+	} else {
+		l.idle[up.addr] = list
+	}
+	up.pooled = false
+}
+
+// dial starts a connect to addr (non-blocking: the request waits in the
+// connection's out until it is made).
+func (l *evloop) dial(addr string, now time.Time) (*lconn, error) {
+	ap, sa, err := l.sockaddr(addr)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
+	}
+	opErr := func(call string, err error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError(call, err)}
+	}
+	domain := unix.AF_INET
+	if ap.Addr().Is6() {
+		domain = unix.AF_INET6
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, opErr("socket", err)
+	}
+	if mark := l.p.dialMark; mark != 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, int(mark)); err != nil {
+			_ = unix.Close(fd)
+			return nil, opErr("setsockopt SO_MARK", err)
+		}
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	// Keep-alive probes as the goroutine path's dialer sends them.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 30)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 30)
+	up := &lconn{fd: fd, up: true, in: make([]byte, loopBufSize), addr: addr, since: now}
+	switch err := unix.Connect(fd, sa); err {
+	case nil:
+	case unix.EINPROGRESS:
+		up.connecting = true
+		up.dialBy = now.Add(l.p.pool.dialer.Timeout)
+	default:
+		_ = unix.Close(fd)
+		return nil, opErr("connect", err)
+	}
+	if err := l.add(up); err != nil {
+		_ = unix.Close(fd)
+		return nil, opErr("epoll_ctl", err)
+	}
+	return up, nil
+}
+
+// sockaddr parses an instance address (cached: a function's few
+// instances are dialled again and again).
+func (l *evloop) sockaddr(addr string) (netip.AddrPort, unix.Sockaddr, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ap, nil, err
+	}
+	if sa, ok := l.addrs[addr]; ok {
+		return ap, sa, nil
+	}
+	var sa unix.Sockaddr
+	if a := ap.Addr().Unmap(); a.Is4() {
+		ap = netip.AddrPortFrom(a, ap.Port())
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
+	}
+	l.addrs[addr] = sa
+	return ap, sa, nil
+}
+
+// connected finishes a connect once epoll says the socket is writable.
+func (l *evloop) connected(up *lconn) {
+	up.connecting = false
+	v, err := unix.GetsockoptInt(up.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err == nil && v != 0 {
+		err = syscall.Errno(v)
+	}
+	if err != nil {
+		ap, _, _ := l.sockaddr(up.addr)
+		l.instanceFailed(up, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError("connect", err)})
+	}
+}
+
+// fromInstance reads the answer to the request up carries and relays it
+// once it is all there.
+func (l *evloop) fromInstance(up *lconn) {
+	for l.conn(up.fd) == up {
+		c := up.peer
+		if c == nil {
+			if up.ready {
+				l.close(up) // idle and readable: the instance closed it, or sent stray bytes
+			}
+			return
+		}
+		if end := bytes.Index(up.in[:up.n], crlfcrlf); end >= 0 {
+			if l.answer(c, up, end+len(crlfcrlf)) {
+				return
+			}
+		} else if up.n == len(up.in) {
+			l.resume(c, up) // a head larger than the loop's buffer
+			return
+		}
+		switch l.fill(up) {
+		case readSome:
+			continue
+		case readEnd:
+			// Before the whole answer: sent again (failed).
+			err := io.ErrUnexpectedEOF
+			if up.n == 0 {
+				err = io.EOF
+			}
+			l.instanceFailed(up, err)
+		}
+		return
+	}
+}
+
+// answer relays the answer whose head is up.in[:hlen] to c, or hands
+// both over when it is not a warm one; false: more of its body is to come
+// (and fits the buffer).
+func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
+	r := &l.resp
+	l.rd.Reset(up.in[:hlen])
+	l.br.Reset(&l.rd)
+	if err := r.Read(l.br, l.p.maxHeaderBytes, c.x.head); err != nil {
+		// Malformed: 502, never resent (classify's failOther).
+		c.peer, up.peer = nil, nil
+		l.close(up)
+		l.fail(c, err)
+		return true
+	}
+	f := r.Framing()
+	body := 0
+	switch {
+	case r.Informational() || r.SwitchingProtocols():
+		l.resume(c, up)
+		return true
+	case f.Kind == h1.BodyNone:
+	case f.Kind == h1.BodyLength && f.Length <= int64(up.n-hlen):
+		body = int(f.Length)
+	case f.Kind == h1.BodyLength && f.Length <= int64(len(up.in)-hlen):
+		return false
+	default:
+		l.resume(c, up) // streamed by the goroutine path
+		return true
+	}
+	now := time.Now()
+	status := r.Status()
+	r.DropHopByHop()
+	if l.draining || l.s.shutdown.Load() {
+		c.closeAfter = true
+	}
+	add := l.fields[:0]
+	switch {
+	case c.closeAfter:
+		add = append(add, h1.Field{Name: "Connection", Value: closeToken})
+	case c.x.minor == 0:
+		add = append(add, h1.Field{Name: "Connection", Value: keepAlive})
+	}
+	l.fields = add
+	total := hlen + body
+	l.fdw.c = c
+	_ = h1.WriteResponse(l.bw, r, add)
+	_, _ = l.bw.Write(up.in[hlen:total])
+	c.peer, up.peer = nil, nil
+	if r.KeepAlive() && up.n == total {
+		l.putIdle(up, now)
+	} else {
+		l.close(up) // bytes after the answer: the instance broke framing
+	}
+	// The slot goes back before the answer goes out, so that the
+	// caller's next request never finds it taken.
+	x := c.x
+	l.endSlot(c)
+	p := l.p
+	p.m.cacheHit.Inc()
+	p.m.loopServed.Inc()
+	p.served(forwarded{e: x.e, instance: x.in, res: result{status: status}, upstream: now.Sub(x.sent)}, x.start, 0)
+	l.flushNext(c)
+	return true
+}
+
+// flushNext writes what the loop's writer holds to c, the answer to its
+// request, and goes on with the caller's next request.
+func (l *evloop) flushNext(c *lconn) {
+	if err := l.bw.Flush(); err != nil {
+		l.bw.Reset(&l.fdw)
+		l.close(c)
+		return
+	}
+	c.n = copy(c.in, c.in[c.x.hlen:c.n])
+	c.x.hlen = 0
+	c.served++
+	c.since = time.Now()
+	l.fromCaller(c)
+}
+
+// endSlot gives back what begin took for c's exchange.
+func (l *evloop) endSlot(c *lconn) {
+	x := &c.x
+	if !x.busy {
+		return
+	}
+	x.busy = false
+	l.p.release(x.ref, x.e, x.in, false)
+	x.e.InFlight.Add(-1)
+	if x.counted {
+		l.p.inFlight.Add(-1)
+	}
+}
+
+// fail ends c's exchange with the router's own answer for err (none when
+// the caller went away: then c is closed), and goes on with its next
+// request.
+func (l *evloop) fail(c *lconn, err error) {
+	switch err {
+	case errCallerLeft:
+		err = context.Canceled
+	case errRequestTimeout:
+		err = context.DeadlineExceeded
+	}
+	ans := upstreamAnswer(err)
+	x := c.x
+	l.endSlot(c)
+	fn := l.p.count(x.e, ans, x.ref)
+	if ans.status == StatusClientClosed {
+		l.close(c)
+		return
+	}
+	if l.draining || l.s.shutdown.Load() {
+		c.closeAfter = true
+	}
+	l.fdw.c = c
+	writeAnswer(l.bw, ans, fn, c.closeAfter)
+	l.flushNext(c)
+}
+
+// abort ends c's exchange for err before its answer came (the caller
+// left, the request timed out): the instance connection is closed.
+func (l *evloop) abort(c *lconn, err error) {
+	if up := c.peer; up != nil {
+		c.peer, up.peer = nil, nil
+		l.close(up)
+	}
+	l.fail(c, err)
+}
+
+// evict drops c's instance from the cache after a failed connect, as the
+// forward loop does.
+func (l *evloop) evict(c *lconn, err error) {
+	if !isDialError(err) {
+		return
+	}
+	x := &c.x
+	if l.p.cache.Evict(x.ref, x.in.PodUID) {
+		l.p.m.evictions.Inc()
+		l.log.Info("instance unreachable; evicted", "function", x.e.Key, "pod", x.in.Pod, "address", x.in.Address, "err", err)
+	}
+}
+
+// instanceFailed closes up, which failed before a whole answer came (see
+// failed).
+func (l *evloop) instanceFailed(up *lconn, err error) {
+	c := up.peer
+	if c != nil {
+		c.peer, up.peer = nil, nil
+	}
+	l.close(up)
+	if c != nil {
+		l.failed(c, err, up.reused)
+	}
+}
+
+// handOver gives c, with the bytes read of it (a request head first), to
+// the goroutine path, for reason (handoverReasons); ps is the loop's
+// failed send of that request (nil: none).
+func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
+	l.p.m.handovers[reason].Inc()
+	l.forget(c)
+	nc, err := fdConn(c.fd)
+	if err != nil {
+		l.log.Warn("event loop", "err", err)
+		return
+	}
+	var prior *priorSend
+	if len(ps) > 0 {
+		prior = ps[0]
+	}
+	l.s.handOver(nc, bytes.Clone(c.in[:c.n]), c.served > 0, nil, prior)
+}
+
+// resume hands c and up over in the middle of the exchange: the
+// goroutine path reads the answer on from what up.in holds.
+func (l *evloop) resume(c *lconn, up *lconn) {
+	l.p.m.handovers[handoverAnswer].Inc()
+	x := c.x
+	if x.counted {
+		l.p.inFlight.Add(-1)
+	}
+	c.x.busy = false // the slot goes with the exchange
+	c.peer, up.peer = nil, nil
+	l.forget(c)
+	l.forget(up)
+	unc, uerr := fdConn(up.fd)
+	cnc, cerr := fdConn(c.fd)
+	if uerr != nil || cerr != nil {
+		for _, nc := range []net.Conn{unc, cnc} {
+			if nc != nil {
+				_ = nc.Close()
+			}
+		}
+		l.p.release(x.ref, x.e, x.in, false)
+		x.e.InFlight.Add(-1)
+		l.p.count(x.e, upstreamAnswer(context.Canceled), x.ref)
+		l.log.Warn("event loop: hand an exchange over", "err", errors.Join(uerr, cerr))
+		return
+	}
+	l.s.handOver(cnc, bytes.Clone(c.in[x.hlen:c.n]), true, &resumed{
+		head: bytes.Clone(c.in[:x.hlen]), up: unc, upPrefix: bytes.Clone(up.in[:up.n]), addr: up.addr, reused: up.reused,
+		ref: x.ref, e: x.e, in: x.in, start: x.start, sent: x.sent, deadline: x.deadline,
+	}, nil)
+}

@@ -1,0 +1,120 @@
+package noderouter
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"time"
+
+	"skipper.dev/skipper/noderouter/route"
+)
+
+// The event loops (loop.go) serve the warm exchange only; every other
+// request goes to the goroutine path (h1conn) with its connection, either
+// before anything of it was sent (handOver: h1conn reads the request again
+// from the bytes the loop had read, and serves it as its own), or in the
+// middle, once the instance's answer turned out not to be a warm one
+// (resumed: h1conn reads the answer from where the loop left it). Either
+// way the connection stays with its goroutine until it ends.
+
+// resumed is an exchange an event loop started and hands over in the
+// middle: the request went to in, and what came back so far is not an
+// answer the loop relays itself (a 1xx, a 101, a body not framed by a
+// length or not all read, a head larger than the loop's buffer).
+type resumed struct {
+	head     []byte   // the request head as the caller sent it
+	up       net.Conn // to the instance
+	upPrefix []byte   // the answer's bytes the loop read
+	addr     string
+	reused   bool
+	ref      route.Ref
+	e        *route.Entry
+	in       *route.Instance // its slot held
+	start    time.Time       // the head was read
+	sent     time.Time       // the request went out
+	deadline time.Time
+}
+
+// fdConn makes a net.Conn of a socket an event loop owned (already out of
+// its epoll set); fd is closed, the net.Conn holds a duplicate.
+func fdConn(fd int) (net.Conn, error) {
+	f := os.NewFile(uintptr(fd), "caller")
+	nc, err := net.FileConn(f)
+	_ = f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("hand connection over: %w", err)
+	}
+	return nc, nil
+}
+
+// handOver serves nc on a goroutine of its own from now on: prefix holds
+// what the loop read of it and did not answer (a request head, pipelined
+// bytes), continued that the loop served requests on it before, r an
+// exchange to finish first (nil: none), ps the loop's failed send of the
+// request in prefix (nil: none). Connections are taken while the
+// server shuts down too: their requests were read already.
+func (s *h1Server) handOver(nc net.Conn, prefix []byte, continued bool, r *resumed, ps *priorSend) {
+	c := newH1conn(s, nc)
+	c.prefix, c.continued, c.resume, c.prior = prefix, continued, r, ps
+	s.mu.Lock()
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go c.serve()
+}
+
+// finishResumed reads the answer of an exchange an event loop started and
+// relays it, then counts the request as proxy.serve does.
+func (c *h1conn) finishResumed(r *resumed) {
+	p := c.p
+	up := newUpConn(r.up, r.addr, r.upPrefix)
+	up.reused = r.reused
+	up.setDeadline(r.deadline)
+	var res result
+	if err := c.req.Read(bufio.NewReader(bytes.NewReader(r.head)), max(p.maxHeaderBytes, len(r.head)+1)); err != nil {
+		// The loop parsed this head: it cannot fail.
+		res.err = fmt.Errorf("read the head again: %w", err)
+		_ = up.Close()
+	} else {
+		c.startRequest()
+		c.rewritten = true
+		c.up.Store(up)
+		if err := c.awaitHead(up); err != nil {
+			_ = up.Close()
+			res.err = err
+		} else {
+			res = c.relay(up)
+		}
+		c.up.Store(nil)
+	}
+	p.release(r.ref, r.e, r.in, false)
+	r.e.InFlight.Add(-1)
+	p.m.cacheHit.Inc()
+	f := forwarded{e: r.e, instance: r.in, res: res, upstream: time.Since(r.sent)}
+	switch {
+	case res.err != nil:
+		err := res.err
+		switch {
+		case c.left.Load():
+			err = context.Canceled
+		case !r.deadline.IsZero() && !time.Now().Before(r.deadline):
+			err = context.DeadlineExceeded
+		}
+		c.closeAfter = true
+		p.finish(c, r.e, upstreamAnswer(err), r.ref)
+	case res.aborted != 0:
+		p.aborted(f, r.start)
+	default:
+		p.served(f, r.start, 0)
+	}
+	c.endRequest()
+	if c.flushLater {
+		c.flushLater = false
+		if err := c.bw.Flush(); err != nil {
+			c.closeAfter = true
+		}
+	}
+}
