@@ -56,6 +56,7 @@ type evloop struct {
 
 	lns      map[int]bool // listener fds (duplicates of the server's)
 	conns    []*lconn     // by fd
+	serial   uint32       // of the last connection added
 	callers  int          // caller connections open
 	idle     map[string][]*lconn
 	addrs    map[string]unix.Sockaddr
@@ -64,6 +65,7 @@ type evloop struct {
 	stopped  bool
 	paused   bool // accepting paused (out of file descriptors)
 	sweepAt  time.Time
+	now      time.Time // when the events at hand were read
 
 	// Scratch of the request and answer being handled (one at a time).
 	fdw     fdWriter
@@ -78,14 +80,16 @@ type evloop struct {
 
 // lconn is a connection an event loop owns: a caller's or an instance's.
 type lconn struct {
-	fd    int
-	up    bool // an instance connection
-	peer  *lconn
-	in    []byte
-	n     int    // bytes in in
-	ready bool   // readable as far as the loop knows
-	out   []byte // what a full send buffer left, written on its next edge
-	since time.Time
+	fd     int
+	serial uint32 // the loop's count when it was added (the epoll data's high half)
+	up     bool   // an instance connection
+	peer   *lconn
+	in     []byte
+	n      int    // bytes in in
+	ready  bool   // readable as far as the loop knows
+	rdhup  bool   // the peer shut its side down (nothing more to read once in is)
+	out    []byte // what a full send buffer left, written on its next edge
+	since  time.Time
 
 	// A caller's.
 	forIP, forwardedFor string
@@ -196,6 +200,8 @@ func (l *evloop) watchListener(fd int) {
 // run serves until the server is closed, or shut down and every caller
 // connection of the loop ended. It owns the loop's thread.
 func (l *evloop) run() {
+	// Locked: a loop is one thread, as nginx's worker is; its goroutine
+	// runs on without a scheduling point for as long as events come.
 	runtime.LockOSThread()
 	defer l.closeAll()
 	l.sweepAt = time.Now().Add(loopSweep)
@@ -210,6 +216,7 @@ func (l *evloop) run() {
 			l.s.Close()
 			return
 		}
+		l.now = time.Now()
 		for i := range n {
 			ev := l.events[i]
 			fd := int(ev.Fd)
@@ -219,14 +226,16 @@ func (l *evloop) run() {
 			case l.lns[fd]:
 				l.accept(fd)
 			default:
-				if c := l.conn(fd); c != nil {
+				// The serial tells a connection from one that had its fd
+				// before it in this same batch of events.
+				if c := l.conn(fd); c != nil && c.serial == uint32(ev.Pad) {
 					l.event(c, ev.Events)
 				}
 			}
 		}
-		if now := time.Now(); !now.Before(l.sweepAt) {
-			l.sweep(now)
-			l.sweepAt = now.Add(loopSweep)
+		if !l.now.Before(l.sweepAt) {
+			l.sweep(l.now)
+			l.sweepAt = l.now.Add(loopSweep)
 		}
 	}
 }
@@ -278,7 +287,9 @@ func (l *evloop) add(c *lconn) error {
 	for c.fd >= len(l.conns) {
 		l.conns = append(l.conns, make([]*lconn, len(l.conns)+64)...)
 	}
-	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: epollConnBits, Fd: int32(c.fd)}); err != nil {
+	l.serial++
+	c.serial = l.serial
+	if err := unix.EpollCtl(l.ep, unix.EPOLL_CTL_ADD, c.fd, &unix.EpollEvent{Events: epollConnBits, Fd: int32(c.fd), Pad: int32(c.serial)}); err != nil {
 		return fmt.Errorf("epoll_ctl: %w", err)
 	}
 	l.conns[c.fd] = c
@@ -340,7 +351,7 @@ func (l *evloop) accept(ln int) {
 			continue // the caller gave up before the accept (ECONNABORTED)
 		}
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-		c := &lconn{fd: fd, in: make([]byte, loopBufSize), since: time.Now()}
+		c := &lconn{fd: fd, in: make([]byte, loopBufSize), since: l.now}
 		c.forIP, c.forwardedFor = forwardedNames(sockaddrIP(sa))
 		if err := l.add(c); err != nil {
 			_ = unix.Close(fd)
@@ -381,6 +392,9 @@ func sockaddrIP(sa unix.Sockaddr) netip.Addr {
 func (l *evloop) event(c *lconn, ev uint32) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		c.ready = true
+	}
+	if ev&unix.EPOLLRDHUP != 0 {
+		c.rdhup = true
 	}
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
 		if c.connecting {

@@ -78,10 +78,13 @@ func (l *evloop) fromCaller(c *lconn) {
 			l.close(c)
 			return
 		}
-		if c.n > 0 {
+		switch {
+		case c.n > 0:
 			// A head cut across reads: the goroutine path waits for the
 			// rest (within the header timeout) and serves the request.
 			l.handOver(c, handoverSplit)
+		case c.rdhup:
+			l.close(c) // the caller is done sending and all it sent is answered
 		}
 		return
 	}
@@ -145,18 +148,20 @@ func (l *evloop) begin(c *lconn, hlen int) {
 		ref: ref, e: e, in: in, start: start, keepAlive: r.KeepAlive()}
 	if timeout > 0 {
 		c.x.deadline = start.Add(timeout)
+		if c.x.deadline.Before(l.sweepAt) {
+			l.sweepAt = c.x.deadline // a short function timeout is kept to the millisecond
+		}
 	}
 	if !c.x.keepAlive {
 		c.closeAfter = true
 	}
-	l.send(c, false)
+	l.send(c, start, false)
 }
 
 // send writes c's request, parsed in l.req, to its instance: on the
 // connection used last, or on a new one when fresh.
-func (l *evloop) send(c *lconn, fresh bool) {
+func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
 	addr := c.x.in.Address
-	now := time.Now()
 	var up *lconn
 	var err error
 	if fresh {
@@ -181,7 +186,7 @@ func (l *evloop) send(c *lconn, fresh bool) {
 		return
 	}
 	c.peer, up.peer = up, c
-	c.x.sent = time.Now()
+	c.x.sent = now
 	up.ready = false // the answer cannot be there yet: wait for its edge
 }
 
@@ -197,7 +202,7 @@ func (l *evloop) failed(c *lconn, err error, reused bool) {
 		l.rd.Reset(c.in[:c.x.hlen])
 		l.br.Reset(&l.rd)
 		if l.req.Read(l.br, l.p.maxHeaderBytes) == nil {
-			l.send(c, true)
+			l.send(c, time.Now(), true)
 			return
 		}
 	}
@@ -437,7 +442,7 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 	p := l.p
 	p.m.cacheHit.Inc()
 	p.m.loopServed.Inc()
-	p.served(forwarded{e: x.e, instance: x.in, res: result{status: status}, upstream: now.Sub(x.sent)}, x.start, 0)
+	p.served(forwarded{e: x.e, instance: x.in, res: result{status: status}, upstream: now.Sub(x.sent)}, x.start, now, 0)
 	l.flushNext(c)
 	return true
 }
@@ -453,7 +458,7 @@ func (l *evloop) flushNext(c *lconn) {
 	c.n = copy(c.in, c.in[c.x.hlen:c.n])
 	c.x.hlen = 0
 	c.served++
-	c.since = time.Now()
+	c.since = l.now
 	l.fromCaller(c)
 }
 

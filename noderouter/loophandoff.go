@@ -108,7 +108,7 @@ func (c *h1conn) finishResumed(r *resumed) {
 	case res.aborted != 0:
 		p.aborted(f, r.start)
 	default:
-		p.served(f, r.start, 0)
+		p.served(f, r.start, time.Now(), 0)
 	}
 	c.endRequest()
 	if c.flushLater {

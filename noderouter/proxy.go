@@ -221,17 +221,17 @@ func (p *proxy) serve(ex exchange) {
 	case f.res.aborted != 0:
 		p.aborted(f, start)
 	default:
-		p.served(f, start, waited)
+		p.served(f, start, time.Now(), waited)
 	}
 }
 
-// served counts a request an instance answered: f.upstream of the time
-// since start went to the sends, waited to GetInstance and backoff.
-func (p *proxy) served(f forwarded, start time.Time, waited time.Duration) {
+// served counts a request an instance answered, from start to end: f.upstream
+// of it went to the sends, waited to GetInstance and backoff.
+func (p *proxy) served(f forwarded, start, end time.Time, waited time.Duration) {
 	fm := p.m.function(f.e.Key)
 	f.e.Requests.Add(1)
 	fm.count(f.res.status).Inc()
-	total := time.Since(start)
+	total := end.Sub(start)
 	p.m.upstream.Observe(f.upstream.Seconds())
 	p.m.overhead.Observe((total - f.upstream - waited).Seconds())
 	fm.seconds.Observe(total.Seconds())
