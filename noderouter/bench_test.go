@@ -172,7 +172,7 @@ func rawBackend(b *testing.B) string {
 // instance on loopback, per forwarder: allocs/op are the router's own
 // (issue 14: at most 5).
 func BenchmarkProxyWarmServed(b *testing.B) {
-	for _, fwd := range []string{forwarderH1, forwarderNethttp} {
+	for _, fwd := range []string{forwarderLoop, forwarderH1, forwarderNethttp} {
 		b.Run(fwd, func(b *testing.B) {
 			addr := rawBackend(b)
 			cfg := DefaultConfig()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -117,4 +118,54 @@ func (c *h1conn) finishResumed(r *resumed) {
 			c.closeAfter = true
 		}
 	}
+}
+
+// handOver gives c, with the bytes read of it (a request head first), to
+// the goroutine path, for reason (handoverReasons); ps is the loop's
+// failed send of that request (nil: none).
+func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
+	l.p.m.handovers[reason].Inc()
+	l.forget(c)
+	nc, err := fdConn(c.fd)
+	if err != nil {
+		l.log.Warn("event loop", "err", err)
+		return
+	}
+	var prior *priorSend
+	if len(ps) > 0 {
+		prior = ps[0]
+	}
+	l.s.handOver(nc, bytes.Clone(c.in[:c.n]), c.served > 0, nil, prior)
+}
+
+// resume hands c and up over in the middle of the exchange: the
+// goroutine path reads the answer on from what up.in holds.
+func (l *evloop) resume(c *lconn, up *lconn) {
+	l.p.m.handovers[handoverAnswer].Inc()
+	x := c.x
+	if x.counted {
+		l.p.inFlight.Add(-1)
+	}
+	c.x.busy = false // the slot goes with the exchange
+	c.peer, up.peer = nil, nil
+	l.forget(c)
+	l.forget(up)
+	unc, uerr := fdConn(up.fd)
+	cnc, cerr := fdConn(c.fd)
+	if uerr != nil || cerr != nil {
+		for _, nc := range []net.Conn{unc, cnc} {
+			if nc != nil {
+				_ = nc.Close()
+			}
+		}
+		l.p.release(x.ref, x.e, x.in, false)
+		x.e.InFlight.Add(-1)
+		l.p.count(x.e, upstreamAnswer(context.Canceled), x.ref)
+		l.log.Warn("event loop: hand an exchange over", "err", errors.Join(uerr, cerr))
+		return
+	}
+	l.s.handOver(cnc, bytes.Clone(c.in[x.hlen:c.n]), true, &resumed{
+		head: bytes.Clone(c.in[:x.hlen]), up: unc, upPrefix: bytes.Clone(up.in[:up.n]), addr: up.addr, reused: up.reused,
+		ref: x.ref, e: x.e, in: x.in, start: x.start, sent: x.sent, deadline: x.deadline,
+	}, nil)
 }

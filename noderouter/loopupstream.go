@@ -1,0 +1,156 @@
+package noderouter
+
+import (
+	"net"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// upstream returns a kept-alive connection to addr, the one used last, or
+// a new one.
+func (l *evloop) upstream(addr string, now time.Time) (*lconn, error) {
+	list := l.idle[addr]
+	for len(list) > 0 {
+		up := list[len(list)-1]
+		list[len(list)-1] = nil
+		list = list[:len(list)-1]
+		l.idle[addr] = list
+		up.pooled = false
+		if now.Sub(up.since) < l.p.pool.idleTimeout {
+			if len(list) == 0 {
+				delete(l.idle, addr)
+			}
+			up.reused = true
+			return up, nil
+		}
+		l.close(up)
+	}
+	delete(l.idle, addr)
+	return l.dial(addr, now)
+}
+
+// putIdle keeps up for the next request to its address, unless the pool
+// of the address is full.
+func (l *evloop) putIdle(up *lconn, now time.Time) {
+	list := l.idle[up.addr]
+	if len(list) >= l.p.pool.maxIdle || l.draining || l.p.pool.isClosed() {
+		l.close(up)
+		return
+	}
+	up.since, up.pooled, up.n = now, true, 0
+	l.idle[up.addr] = append(list, up)
+}
+
+// unpool takes up out of its address's idle list.
+func (l *evloop) unpool(up *lconn) {
+	list := l.idle[up.addr]
+	for i, o := range list {
+		if o == up {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(l.idle, up.addr)
+	} else {
+		l.idle[up.addr] = list
+	}
+	up.pooled = false
+}
+
+// dial starts a connect to addr (non-blocking: the request waits in the
+// connection's out until it is made).
+func (l *evloop) dial(addr string, now time.Time) (*lconn, error) {
+	ap, sa, err := l.sockaddr(addr)
+	if err != nil {
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
+	}
+	opErr := func(call string, err error) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError(call, err)}
+	}
+	domain := unix.AF_INET
+	if ap.Addr().Is6() {
+		domain = unix.AF_INET6
+	}
+	fd, err := unix.Socket(domain, unix.SOCK_STREAM|unix.SOCK_NONBLOCK|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, opErr("socket", err)
+	}
+	if mark := l.p.dialMark; mark != 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, int(mark)); err != nil {
+			_ = unix.Close(fd)
+			return nil, opErr("setsockopt SO_MARK", err)
+		}
+	}
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+	// Keep-alive probes as the goroutine path's dialer sends them.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 30)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 30)
+	up := &lconn{fd: fd, up: true, in: make([]byte, loopBufSize), addr: addr, since: now}
+	switch err := unix.Connect(fd, sa); err {
+	case nil:
+	case unix.EINPROGRESS:
+		up.connecting = true
+		up.dialBy = now.Add(l.p.pool.dialer.Timeout)
+	default:
+		_ = unix.Close(fd)
+		return nil, opErr("connect", err)
+	}
+	if err := l.add(up); err != nil {
+		_ = unix.Close(fd)
+		return nil, opErr("epoll_ctl", err)
+	}
+	return up, nil
+}
+
+// sockaddr parses an instance address (cached: a function's few
+// instances are dialled again and again).
+func (l *evloop) sockaddr(addr string) (netip.AddrPort, unix.Sockaddr, error) {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil {
+		return ap, nil, err
+	}
+	if sa, ok := l.addrs[addr]; ok {
+		return ap, sa, nil
+	}
+	var sa unix.Sockaddr
+	if a := ap.Addr().Unmap(); a.Is4() {
+		ap = netip.AddrPortFrom(a, ap.Port())
+		sa = &unix.SockaddrInet4{Port: int(ap.Port()), Addr: a.As4()}
+	} else {
+		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
+	}
+	l.addrs[addr] = sa
+	return ap, sa, nil
+}
+
+// connected finishes a connect once epoll says the socket is writable.
+func (l *evloop) connected(up *lconn) {
+	up.connecting = false
+	v, err := unix.GetsockoptInt(up.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err == nil && v != 0 {
+		err = syscall.Errno(v)
+	}
+	if err != nil {
+		ap, _, _ := l.sockaddr(up.addr)
+		l.instanceFailed(up, &net.OpError{Op: "dial", Net: "tcp", Addr: net.TCPAddrFromAddrPort(ap), Err: os.NewSyscallError("connect", err)})
+	}
+}
+
+// instanceFailed closes up, which failed before a whole answer came (see
+// failed).
+func (l *evloop) instanceFailed(up *lconn, err error) {
+	c := up.peer
+	if c != nil {
+		c.peer, up.peer = nil, nil
+	}
+	l.close(up)
+	if c != nil {
+		l.failed(c, err, up.reused)
+	}
+}
