@@ -107,7 +107,11 @@ func (l *evloop) begin(c *lconn, hlen int) {
 	if v, ok := r.Get(HeaderFunction); ok {
 		fh = string(v)
 	}
-	ref, err := p.parseName(fh, string(r.Host()))
+	host := ""
+	if fh == "" {
+		host = string(r.Host()) // the name's other place, and a string only then
+	}
+	ref, err := p.parseName(fh, host)
 	if err != nil {
 		l.handOver(c, handoverRequest)
 		return
