@@ -109,7 +109,10 @@ var (
 func (c *h1conn) serve() {
 	defer c.s.done(c)
 	c.br = readers.Get().(*bufio.Reader)
-	if len(c.prefix) > 0 {
+	// A request an event loop read is served even while the server shuts
+	// down (it is answered with Connection: close).
+	handed := len(c.prefix) > 0
+	if handed {
 		c.br.Reset(&prefixReader{p: c.prefix, r: c.rw})
 		c.prefix = nil
 	} else {
@@ -138,12 +141,12 @@ func (c *h1conn) serve() {
 			return
 		}
 	}
-	for first := !c.continued; ; first = false {
-		c.idle.Store(true)
-		if c.s.shutdown.Load() {
+	for first := !c.continued; ; first, handed = false, false {
+		c.idle.Store(!handed)
+		if c.s.shutdown.Load() && !handed {
 			return
 		}
-		if c.br.Buffered() == 0 {
+		if c.br.Buffered() == 0 && !handed {
 			c.setWaitDeadline(idleTimeout)
 			if c.s.shutdown.Load() {
 				return // Shutdown's wake-up may have come before this deadline

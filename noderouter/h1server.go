@@ -55,6 +55,7 @@ type h1Server struct {
 	loops     []*evloop
 	closed    chan struct{}
 	closeOnce sync.Once
+	closedAll bool // Close ran (under mu): connections handed over later are closed
 }
 
 func newH1Server(p *proxy, log *slog.Logger, handoff *connListener) *h1Server {
@@ -177,6 +178,7 @@ func (s *h1Server) Shutdown(ctx context.Context) error {
 func (s *h1Server) Close() {
 	s.mu.Lock()
 	s.shutdown.Store(true)
+	s.closedAll = true
 	s.closeOnce.Do(func() { close(s.closed) })
 	for ln := range s.lns {
 		_ = ln.Close()

@@ -56,7 +56,7 @@ type evloop struct {
 	serial   uint32       // of the last connection added
 	callers  int          // caller connections open
 	idle     map[string][]*lconn
-	addrs    map[string]unix.Sockaddr
+	addrs    map[string]sockaddr
 	events   []unix.EpollEvent
 	draining bool
 	stopped  bool
@@ -107,7 +107,7 @@ func newEvloop(s *h1Server, exclusive bool) (*evloop, error) {
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
 	l := &evloop{s: s, p: s.p, log: s.log, ep: ep, wake: wake, exclusive: exclusive,
-		lns: map[int]bool{}, idle: map[string][]*lconn{}, addrs: map[string]unix.Sockaddr{},
+		lns: map[int]bool{}, idle: map[string][]*lconn{}, addrs: map[string]sockaddr{},
 		events: make([]unix.EpollEvent, loopEvents)}
 	l.fdw.l = l
 	l.bw = bufio.NewWriterSize(&l.fdw, loopBufSize)
@@ -125,9 +125,10 @@ func (l *evloop) post(f func()) {
 		return
 	}
 	l.posts = append(l.posts, f)
-	l.mu.Unlock()
+	// Under mu: closeAll closes the eventfd under it once ended is set.
 	var one = [8]byte{1}
 	_, _ = unix.Write(l.wake, one[:])
+	l.mu.Unlock()
 }
 
 // listen makes the loop accept on a duplicate of ln's socket. The
@@ -204,8 +205,7 @@ func (l *evloop) run() {
 			}
 		}
 		if !l.now.Before(l.sweepAt) {
-			l.sweep(l.now)
-			l.sweepAt = l.now.Add(loopSweep)
+			l.sweepAt = l.sweep(l.now)
 		}
 	}
 }
@@ -256,6 +256,7 @@ func (l *evloop) accept(ln int) {
 			continue // the caller gave up before the accept (ECONNABORTED)
 		}
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
+		keepAliveProbes(fd, 15) // as Go's listeners have them
 		c := &lconn{fd: fd, in: make([]byte, loopBufSize), since: l.now}
 		c.forIP, c.forwardedFor = forwardedNames(sockaddrIP(sa))
 		if err := l.add(c); err != nil {
@@ -293,10 +294,25 @@ func sockaddrIP(sa unix.Sockaddr) netip.Addr {
 	return netip.Addr{}
 }
 
+// sweepBy has the loop sweep at t at the latest.
+func (l *evloop) sweepBy(t time.Time) {
+	if t.Before(l.sweepAt) {
+		l.sweepAt = t
+	}
+}
+
 // sweep closes what idled too long, answers requests whose deadline
-// passed, fails connects that took too long, and accepts again after a
-// pause.
-func (l *evloop) sweep(now time.Time) {
+// passed or whose caller shut its side down watchAfter ago unanswered,
+// fails connects that took too long, and accepts again after a pause. It
+// returns when to sweep next: in a second, or at the first deadline
+// before.
+func (l *evloop) sweep(now time.Time) time.Time {
+	next := now.Add(loopSweep)
+	soon := func(t time.Time) {
+		if !t.IsZero() && t.Before(next) {
+			next = t
+		}
+	}
 	if l.paused && !l.draining {
 		l.paused = false
 		for fd := range l.lns {
@@ -308,10 +324,19 @@ func (l *evloop) sweep(now time.Time) {
 		case c == nil:
 		case c.up && c.connecting && !now.Before(c.dialBy):
 			l.instanceFailed(c, &net.OpError{Op: "dial", Net: "tcp", Err: errDialTimeout})
+		case c.up && c.connecting:
+			soon(c.dialBy)
 		case c.up:
 		case c.x.busy && !c.x.deadline.IsZero() && !now.Before(c.x.deadline):
 			l.abort(c, errRequestTimeout)
-		case !c.x.busy && now.Sub(c.since) >= idleTimeout:
+		case c.x.busy && !c.x.leftAt.IsZero() && now.Sub(c.x.leftAt) >= watchAfter:
+			l.abort(c, errCallerLeft)
+		case c.x.busy:
+			soon(c.x.deadline)
+			if !c.x.leftAt.IsZero() {
+				soon(c.x.leftAt.Add(watchAfter))
+			}
+		case now.Sub(c.since) >= idleTimeout:
 			l.close(c)
 		}
 	}
@@ -338,6 +363,7 @@ func (l *evloop) sweep(now time.Time) {
 	if len(l.addrs) > 4096 {
 		clear(l.addrs)
 	}
+	return next
 }
 
 var (
@@ -395,8 +421,8 @@ func (l *evloop) closeAll() {
 		f()
 	}
 	l.posts = nil
+	_ = unix.Close(l.wake)
 	l.mu.Unlock()
 	_ = unix.Close(l.ep)
-	_ = unix.Close(l.wake)
 	l.s.loopDone()
 }

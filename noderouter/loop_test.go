@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -206,5 +208,119 @@ func TestLoopRetriesABrokenSend(t *testing.T) {
 	}
 	if got := len(heads); got < 3 {
 		t.Errorf("the instance saw %d requests, want the broken one sent again (3 or more)", got)
+	}
+}
+
+// rawAnswerOnce answers every request on a connection with a (its bytes
+// as they are), then closes the connection when closeAfter.
+func rawAnswerOnce(t *testing.T, a string, closeAfter bool, delay time.Duration) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	t.Cleanup(func() {
+		_ = ln.Close()
+		close(done)
+		wg.Wait()
+	})
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					if _, err := http.ReadRequest(br); err != nil {
+						return
+					}
+					select {
+					case <-time.After(delay):
+					case <-done:
+						return
+					}
+					if _, err := io.WriteString(c, a); err != nil || closeAfter {
+						return
+					}
+				}
+			})
+		}
+	})
+	return ln.Addr().String()
+}
+
+// TestLoopEdgeCases: answers and callers the loop meets rarely end as
+// the goroutine path ends them, at once (an edge-triggered loop that
+// missed the last edge would wait for the request timeout).
+func TestLoopEdgeCases(t *testing.T) {
+	const get = "GET / HTTP/1.1\r\nHost: r\r\nX-Skipper-Function: default/echo\r\n\r\n"
+	tests := []struct {
+		name       string
+		answer     string
+		closeAfter bool
+		delay      time.Duration
+		timeout    time.Duration // the function's
+		send       string        // the caller's bytes
+		halfClose  bool          // the caller shuts its side down after send
+		want       []string      // status and body of each answer, in order
+	}{
+		{name: "body cut short after the head: 502", answer: "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", closeAfter: true,
+			send: get, want: []string{"502"}},
+		{name: "answer with bare LF lines", answer: "HTTP/1.1 200 OK\nContent-Length: 2\n\nhi",
+			send: get, want: []string{"200 hi"}},
+		{name: "pipelined request with bare LF lines, then CRLF", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+			send: "GET /a HTTP/1.1\nHost: r\nX-Skipper-Function: default/echo\n\n" + get, want: []string{"200 hi", "200 hi"}},
+		{name: "caller shuts its side down after the request", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi",
+			send: get, halfClose: true, want: []string{"200 hi"}},
+		{name: "function timeout", answer: "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", delay: 2 * time.Second, timeout: 300 * time.Millisecond,
+			send: get, want: []string{"504"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := rawAnswerOnce(t, tt.answer, tt.closeAfter, tt.delay)
+			res := &fakeResolver{cache: &route.Cache{}, addr: addr}
+			p := testProxy(t, res, nil)
+			res.cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1,
+				Instances: []route.InstanceInfo{{Pod: "pod-1", PodUID: "uid-1", Address: addr}}, Config: route.Config{Timeout: tt.timeout}})
+			router := strings.TrimPrefix(serveProxyWith(t, p, forwarderLoop), "http://")
+			c, err := net.Dial("tcp", router)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(3 * time.Second)) // well below the default request timeout
+			if _, err := io.WriteString(c, tt.send); err != nil {
+				t.Fatal(err)
+			}
+			if tt.halfClose {
+				_ = c.(*net.TCPConn).CloseWrite()
+			}
+			br := bufio.NewReader(c)
+			start := time.Now()
+			for i, want := range tt.want {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				got := strconv.Itoa(resp.StatusCode)
+				if resp.StatusCode == 200 {
+					got += " " + string(b)
+				}
+				if got != want {
+					t.Fatalf("answer %d: %q, want %q", i, got, want)
+				}
+			}
+			if tt.timeout > 0 {
+				if took := time.Since(start); took > tt.timeout+800*time.Millisecond {
+					t.Errorf("the 504 came after %v, want about the function's timeout %v", took, tt.timeout)
+				}
+			}
+		})
 	}
 }

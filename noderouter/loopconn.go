@@ -101,7 +101,8 @@ func (l *evloop) event(c *lconn, ev uint32) {
 	if ev&(unix.EPOLLIN|unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
 		c.ready = true
 	}
-	if ev&unix.EPOLLRDHUP != 0 {
+	if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
+		// Reads go on until they see the end (fill keeps ready).
 		c.rdhup = true
 	}
 	if ev&(unix.EPOLLOUT|unix.EPOLLERR|unix.EPOLLHUP) != 0 {
@@ -120,9 +121,16 @@ func (l *evloop) event(c *lconn, ev uint32) {
 		return
 	}
 	if c.x.busy {
-		if ev&(unix.EPOLLRDHUP|unix.EPOLLHUP|unix.EPOLLERR) != 0 {
-			// The caller went away while its request waits.
-			l.abort(c, errCallerLeft)
+		switch {
+		case ev&(unix.EPOLLHUP|unix.EPOLLERR) != 0:
+			l.abort(c, errCallerLeft) // the caller went away while its request waits
+		case ev&unix.EPOLLRDHUP != 0 && c.x.leftAt.IsZero():
+			// It shut its side down: done sending, or gone. As the
+			// goroutine path's watch, it gets watchAfter to be answered in
+			// before the exchange counts as abandoned (sweep).
+			c.x.leftAt = l.now
+			c.closeAfter = true
+			l.sweepBy(l.now.Add(watchAfter))
 		}
 		return
 	}
@@ -153,8 +161,10 @@ func (l *evloop) fill(c *lconn) readResult {
 	case err != nil || m == 0:
 		return readEnd
 	}
-	if m < len(c.in)-c.n {
-		c.ready = false // drained: the next edge says when there is more
+	if m < len(c.in)-c.n && !c.rdhup {
+		// Drained: the next edge says when there is more. After the
+		// peer's shutdown no edge comes: read on to the end.
+		c.ready = false
 	}
 	c.n += m
 	return readSome

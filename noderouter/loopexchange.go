@@ -27,10 +27,28 @@ type lexchange struct {
 	sent      time.Time       // the request went out
 	deadline  time.Time       // zero: none
 	keepAlive bool
-	fresh     bool // sent again on a new connection (failed)
+	fresh     bool      // sent again on a new connection (failed)
+	leftAt    time.Time // the caller shut its side down (zero: not)
 }
 
-var crlfcrlf = []byte("\r\n\r\n")
+// headEnd is the length of the message head at the front of b: through
+// the first empty line, which ends in LF or CRLF as h1 reads lines; -1
+// when b holds no whole head.
+func headEnd(b []byte) int {
+	for i := 0; ; {
+		j := bytes.IndexByte(b[i:], '\n')
+		if j < 0 {
+			return -1
+		}
+		i += j + 1
+		switch {
+		case i < len(b) && b[i] == '\n':
+			return i + 1
+		case i+1 < len(b) && b[i] == '\r' && b[i+1] == '\n':
+			return i + 2
+		}
+	}
+}
 
 // Why an event loop handed a connection over (loop_handovers_total).
 const (
@@ -56,8 +74,8 @@ func (l *evloop) fromCaller(c *lconn) {
 			l.handOver(c, handoverRequest) // h2c: net/http's, through the goroutine path
 			return
 		}
-		if end := bytes.Index(c.in[:c.n], crlfcrlf); end >= 0 {
-			l.begin(c, end+len(crlfcrlf))
+		if end := headEnd(c.in[:c.n]); end >= 0 {
+			l.begin(c, end)
 			continue
 		}
 		if c.n == len(c.in) {
@@ -99,7 +117,7 @@ func (l *evloop) begin(c *lconn, hlen int) {
 	r := &l.req
 	l.rd.Reset(c.in[:hlen])
 	l.br.Reset(&l.rd)
-	if err := r.Read(l.br, p.maxHeaderBytes); err != nil || !loopable(r) {
+	if err := r.Read(l.br, p.maxHeaderBytes); err != nil || l.br.Buffered() > 0 || !loopable(r) {
 		l.handOver(c, handoverRequest) // refused or served there, as it always was
 		return
 	}
@@ -135,6 +153,7 @@ func (l *evloop) begin(c *lconn, hlen int) {
 		l.handOver(c, handoverBusy) // queued there
 		return
 	}
+	p.m.cacheHit.Inc()
 	e.InFlight.Add(1)
 	in.Requests.Add(1)
 	timeout := p.requestTimeout
@@ -145,9 +164,7 @@ func (l *evloop) begin(c *lconn, hlen int) {
 		ref: ref, e: e, in: in, start: start, keepAlive: r.KeepAlive()}
 	if timeout > 0 {
 		c.x.deadline = start.Add(timeout)
-		if c.x.deadline.Before(l.sweepAt) {
-			l.sweepAt = c.x.deadline // a short function timeout is kept to the millisecond
-		}
+		l.sweepBy(c.x.deadline) // a short function timeout is kept to the millisecond
 	}
 	if !c.x.keepAlive {
 		c.closeAfter = true
@@ -204,13 +221,13 @@ func (l *evloop) failed(c *lconn, err error, reused bool) {
 		}
 	}
 	l.evict(c, err)
-	if l.p.maxAttempts <= 1 {
+	if l.p.maxAttempts <= 1 || !retryable(classify(err, false), true, false) {
 		l.fail(c, err)
 		return
 	}
-	in := c.x.in
+	x := c.x
 	l.endSlot(c)
-	l.handOver(c, handoverRetry, &priorSend{in: in, err: err})
+	l.handOver(c, handoverRetry, &priorSend{in: x.in, err: err, start: x.start})
 }
 
 // fromInstance reads the answer to the request up carries and relays it
@@ -224,8 +241,9 @@ func (l *evloop) fromInstance(up *lconn) {
 			}
 			return
 		}
-		if end := bytes.Index(up.in[:up.n], crlfcrlf); end >= 0 {
-			if l.answer(c, up, end+len(crlfcrlf)) {
+		end := headEnd(up.in[:up.n])
+		if end >= 0 {
+			if l.answer(c, up, end) {
 				return
 			}
 		} else if up.n == len(up.in) {
@@ -236,7 +254,15 @@ func (l *evloop) fromInstance(up *lconn) {
 		case readSome:
 			continue
 		case readEnd:
-			// Before the whole answer: sent again (failed).
+			if end >= 0 {
+				// The body broke off after a whole head: 502, as the
+				// goroutine path's abort (nothing went to the caller yet).
+				c.peer, up.peer = nil, nil
+				l.close(up)
+				l.fail(c, io.ErrUnexpectedEOF)
+				return
+			}
+			// Before any answer: sent again (failed).
 			err := io.ErrUnexpectedEOF
 			if up.n == 0 {
 				err = io.EOF
@@ -254,7 +280,10 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 	r := &l.resp
 	l.rd.Reset(up.in[:hlen])
 	l.br.Reset(&l.rd)
-	if err := r.Read(l.br, l.p.maxHeaderBytes, c.x.head); err != nil {
+	if err := r.Read(l.br, l.p.maxHeaderBytes, c.x.head); err == nil && l.br.Buffered() > 0 {
+		l.resume(c, up) // not where h1 ends the head: the goroutine path reads it as it always did
+		return true
+	} else if err != nil {
 		// Malformed: 502, never resent (classify's failOther).
 		c.peer, up.peer = nil, nil
 		l.close(up)
@@ -295,7 +324,7 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 	_ = h1.WriteResponse(l.bw, r, add)
 	_, _ = l.bw.Write(up.in[hlen:total])
 	c.peer, up.peer = nil, nil
-	if r.KeepAlive() && up.n == total {
+	if r.KeepAlive() && up.n == total && len(up.out) == 0 && !up.rdhup {
 		l.putIdle(up, now)
 	} else {
 		l.close(up) // bytes after the answer: the instance broke framing
@@ -305,7 +334,6 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 	x := c.x
 	l.endSlot(c)
 	p := l.p
-	p.m.cacheHit.Inc()
 	p.m.loopServed.Inc()
 	p.served(forwarded{e: x.e, instance: x.in, res: result{status: status}, upstream: now.Sub(x.sent)}, x.start, now, 0)
 	l.flushNext(c)

@@ -37,6 +37,7 @@ type resumed struct {
 	start    time.Time       // the head was read
 	sent     time.Time       // the request went out
 	deadline time.Time
+	counted  bool // in proxy.inFlight
 }
 
 // fdConn makes a net.Conn of a socket an event loop owned (already out of
@@ -61,6 +62,21 @@ func (s *h1Server) handOver(nc net.Conn, prefix []byte, continued bool, r *resum
 	c := newH1conn(s, nc)
 	c.prefix, c.continued, c.resume, c.prior = prefix, continued, r, ps
 	s.mu.Lock()
+	if s.closedAll {
+		// Close walked the connections already: this one ends here.
+		s.mu.Unlock()
+		_ = nc.Close()
+		if r != nil {
+			_ = r.up.Close()
+			s.p.release(r.ref, r.e, r.in, false)
+			r.e.InFlight.Add(-1)
+			if r.counted {
+				s.p.inFlight.Add(-1)
+			}
+			s.p.count(r.e, upstreamAnswer(context.Canceled), r.ref)
+		}
+		return
+	}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -93,7 +109,9 @@ func (c *h1conn) finishResumed(r *resumed) {
 	}
 	p.release(r.ref, r.e, r.in, false)
 	r.e.InFlight.Add(-1)
-	p.m.cacheHit.Inc()
+	if r.counted {
+		p.inFlight.Add(-1)
+	}
 	f := forwarded{e: r.e, instance: r.in, res: res, upstream: time.Since(r.sent)}
 	switch {
 	case res.err != nil:
@@ -143,10 +161,7 @@ func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
 func (l *evloop) resume(c *lconn, up *lconn) {
 	l.p.m.handovers[handoverAnswer].Inc()
 	x := c.x
-	if x.counted {
-		l.p.inFlight.Add(-1)
-	}
-	c.x.busy = false // the slot goes with the exchange
+	c.x.busy = false // the slot (and the in-flight count) go with the exchange
 	c.peer, up.peer = nil, nil
 	l.forget(c)
 	l.forget(up)
@@ -160,12 +175,15 @@ func (l *evloop) resume(c *lconn, up *lconn) {
 		}
 		l.p.release(x.ref, x.e, x.in, false)
 		x.e.InFlight.Add(-1)
+		if x.counted {
+			l.p.inFlight.Add(-1)
+		}
 		l.p.count(x.e, upstreamAnswer(context.Canceled), x.ref)
 		l.log.Warn("event loop: hand an exchange over", "err", errors.Join(uerr, cerr))
 		return
 	}
 	l.s.handOver(cnc, bytes.Clone(c.in[x.hlen:c.n]), true, &resumed{
 		head: bytes.Clone(c.in[:x.hlen]), up: unc, upPrefix: bytes.Clone(up.in[:up.n]), addr: up.addr, reused: up.reused,
-		ref: x.ref, e: x.e, in: x.in, start: x.start, sent: x.sent, deadline: x.deadline,
+		ref: x.ref, e: x.e, in: x.in, start: x.start, sent: x.sent, deadline: x.deadline, counted: x.counted,
 	}, nil)
 }

@@ -87,10 +87,7 @@ func (l *evloop) dial(addr string, now time.Time) (*lconn, error) {
 		}
 	}
 	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
-	// Keep-alive probes as the goroutine path's dialer sends them.
-	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, 30)
-	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, 30)
+	keepAliveProbes(fd, 30) // as the goroutine path's dialer sends them
 	up := &lconn{fd: fd, up: true, in: make([]byte, loopBufSize), addr: addr, since: now}
 	switch err := unix.Connect(fd, sa); err {
 	case nil:
@@ -116,7 +113,7 @@ func (l *evloop) sockaddr(addr string) (netip.AddrPort, unix.Sockaddr, error) {
 		return ap, nil, err
 	}
 	if sa, ok := l.addrs[addr]; ok {
-		return ap, sa, nil
+		return sa.ap, sa.sa, nil
 	}
 	var sa unix.Sockaddr
 	if a := ap.Addr().Unmap(); a.Is4() {
@@ -125,8 +122,22 @@ func (l *evloop) sockaddr(addr string) (netip.AddrPort, unix.Sockaddr, error) {
 	} else {
 		sa = &unix.SockaddrInet6{Port: int(ap.Port()), Addr: a.As16()}
 	}
-	l.addrs[addr] = sa
+	l.addrs[addr] = sockaddr{ap, sa}
 	return ap, sa, nil
+}
+
+// sockaddr is a parsed instance address (an IPv4-mapped one unmapped).
+type sockaddr struct {
+	ap netip.AddrPort
+	sa unix.Sockaddr
+}
+
+// keepAliveProbes turns TCP keep-alive on for fd, probing every secs
+// seconds once it idled as long.
+func keepAliveProbes(fd, secs int) {
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, secs)
+	_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, secs)
 }
 
 // connected finishes a connect once epoll says the socket is writable.

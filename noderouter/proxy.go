@@ -63,7 +63,8 @@ type exchange interface {
 	bodyStarted() bool
 	// failedBefore is a first send an event loop made of this request and
 	// that failed before any response (nil: none, as a rule): the core
-	// goes on from there as after its own failed send.
+	// goes on from there as after its own failed send. Asked once per
+	// request.
 	failedBefore() *priorSend
 	// answer writes the router's own answer; function names it ("" when
 	// unnamed).
@@ -158,6 +159,12 @@ func (p *proxy) parseName(fh, host string) (route.Ref, error) {
 // serve takes one request through the core.
 func (p *proxy) serve(ex exchange) {
 	start := time.Now()
+	// A request an event loop sent once already keeps its start (and so
+	// its deadline).
+	ps := ex.failedBefore()
+	if ps != nil {
+		start = ps.start
+	}
 	ref, err := p.parse(ex)
 	if err != nil {
 		p.finish(ex, nil, parseAnswer(err), ref)
@@ -194,7 +201,7 @@ func (p *proxy) serve(ex exchange) {
 			known = a.Generation
 		}
 		t := time.Now()
-		e, a, err = p.resolver.resolve(ex.ctx(), ref, known, nil)
+		e, a, err = p.resolver.resolve(ex.ctx(), ref, known, ps.dead())
 		waited += time.Since(t)
 		if err != nil {
 			ans, _ := controllerAnswer(err)
@@ -213,7 +220,7 @@ func (p *proxy) serve(ex exchange) {
 	if timeout > 0 {
 		deadline = start.Add(timeout)
 	}
-	f := p.forward(ex, ref, e, a, deadline)
+	f := p.forward(ex, ref, e, a, deadline, ps)
 	waited += f.waited
 	switch {
 	case f.ans.status != 0:

@@ -136,21 +136,19 @@ type forwarded struct {
 // retried for idempotent requests whose body was not started; at most
 // --max-attempts sends, with jittered exponential backoff, within the
 // request's deadline.
-func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Assignment, deadline time.Time) (f forwarded) {
+func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Assignment, deadline time.Time, ps *priorSend) (f forwarded) {
 	f.e = e
 	// failed are the instances that failed this request, dead the pod UIDs
 	// of those evicted; both stay nil on the warm path.
 	var failed []*route.Instance
 	var dead []string
 	n := 1
-	if ps := ex.failedBefore(); ps != nil {
+	if ps != nil {
 		// An event loop's send was the first (it evicted a dead
 		// instance and checked that the request may be sent again).
 		f.instance = ps.in
 		failed = append(failed, ps.in)
-		if isDialError(ps.err) {
-			dead = append(dead, ps.in.PodUID)
-		}
+		dead = ps.dead()
 		var ok bool
 		if a, ok = p.again(ex, ref, &f, a, n, dead, deadline); !ok {
 			return f
@@ -208,10 +206,20 @@ func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Ass
 	}
 }
 
-// priorSend is a send of a request that failed before any response.
+// priorSend is an event loop's send of a request that failed before any
+// response: the core goes on from there (proxy.serve, forward).
 type priorSend struct {
-	in  *route.Instance
-	err error
+	in    *route.Instance
+	err   error
+	start time.Time // the request's head was read
+}
+
+// dead is the pod UID the send found unreachable, nil when none.
+func (ps *priorSend) dead() []string {
+	if ps == nil || !isDialError(ps.err) {
+		return nil
+	}
+	return []string{ps.in.PodUID}
 }
 
 // again prepares the send after the failed send n: the backoff, then the
