@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,7 +68,7 @@ func newH1Server(p *proxy, log *slog.Logger, handoff *connListener) *h1Server {
 // TCP listeners Serve is given.
 func (s *h1Server) startLoops(n int) error {
 	for range n {
-		l, err := newEvloop(s, n > 1)
+		l, err := newEvloop(s, n > 1, runtime.GOMAXPROCS(0) > n)
 		if err != nil {
 			for _, l := range s.loops {
 				l.post(l.stop)

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -18,8 +19,8 @@ import (
 )
 
 // An evloop serves the warm exchange the way nginx does (issue 14,
-// docs/architecture.md "What the design costs, measured"): one locked
-// thread with its own epoll set takes callers' connections from the
+// docs/architecture.md "What the design costs, measured"): one goroutine
+// with its own epoll set takes callers' connections from the
 // listeners, reads each request head, picks an instance from the cache,
 // writes the request on a kept-alive instance connection of its own and,
 // when the whole answer is there, writes it back, all with raw
@@ -46,6 +47,8 @@ type evloop struct {
 
 	ep, wake  int // the epoll set; an eventfd that wakes it for post
 	exclusive bool
+	spare     bool // a P is left to the rest of the router (wait)
+	quiet     bool // no events for rawWaitMax: waits give up the P
 
 	mu    sync.Mutex
 	posts []func() // run by the loop (post)
@@ -91,7 +94,7 @@ func loopCount(n int) int {
 	return max(1, runtime.GOMAXPROCS(0)-1)
 }
 
-func newEvloop(s *h1Server, exclusive bool) (*evloop, error) {
+func newEvloop(s *h1Server, exclusive, spare bool) (*evloop, error) {
 	ep, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("epoll_create1: %w", err)
@@ -106,7 +109,7 @@ func newEvloop(s *h1Server, exclusive bool) (*evloop, error) {
 		_ = unix.Close(wake)
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
-	l := &evloop{s: s, p: s.p, log: s.log, ep: ep, wake: wake, exclusive: exclusive,
+	l := &evloop{s: s, p: s.p, log: s.log, ep: ep, wake: wake, exclusive: exclusive, spare: spare,
 		lns: map[int]bool{}, idle: map[string][]*lconn{}, addrs: map[string]sockaddr{},
 		events: make([]unix.EpollEvent, loopEvents)}
 	l.fdw.l = l
@@ -171,9 +174,11 @@ func (l *evloop) watchListener(fd int) {
 // run serves until the server is closed, or shut down and every caller
 // connection of the loop ended. It owns the loop's thread.
 func (l *evloop) run() {
-	// Locked: a loop is one thread, as nginx's worker is; its goroutine
-	// runs on without a scheduling point for as long as events come.
-	runtime.LockOSThread()
+	// Not locked to its thread: the runtime preempts a goroutine that ran
+	// 10 ms without a scheduling point (a loop under load, or in a raw
+	// wait), and a locked one then costs a hand-over of its thread and P
+	// each time (futex wake-ups, measured in the open loop's p99);
+	// unlocked, the same thread takes it up again at once.
 	defer l.closeAll()
 	l.sweepAt = time.Now().Add(loopSweep)
 	for !l.stopped && !(l.draining && l.callers == 0) {
@@ -211,13 +216,52 @@ func (l *evloop) run() {
 }
 
 // wait is epoll_wait, blocking up to timeout milliseconds (-1: no bound).
-// A loop blocked there is a P in a system call, which the runtime takes
-// back (a thread hand-off each time) only when no P is idle: so one P is
-// left to the rest of the router (see loopCount). A non-blocking probe
-// before it, without giving up the P, cost more than it saved: a system
-// call is a hypervisor round trip here, entering and leaving one in the
-// runtime a few hundred nanoseconds.
+//
+// While events keep coming, and a P is left to the rest of the router
+// (spare), it blocks as a raw call that keeps the loop's P (at most
+// rawWaitMax at a time). Issue 14, measured at 1,000 requests/s: a wait
+// entered the runtime's way lets every P go idle, so sysmon sleeps deeply,
+// and each return from the wait wakes it and resets it to its 20 µs
+// polling: 2,000 sysmon wake-ups a second, a quarter of the router's CPU.
+// Kept, the P never looks idle; sysmon backs off to 10 ms, and preempts
+// the loop about as often (a signal, which ends the wait with EINTR).
+//
+// Once a raw wait saw nothing for rawWaitMax, the loop is quiet and waits
+// the runtime's way: an idle router costs no wake-ups. A loop blocked
+// there is a P in a system call, which the runtime takes back (a thread
+// hand-off each time) only when no P is idle: so one P is left to the rest
+// of the router (see loopCount).
 func (l *evloop) wait(timeout int) (int, error) {
+	if l.spare && !l.quiet {
+		t := rawWaitMax
+		if timeout >= 0 && timeout < t {
+			t = timeout
+		}
+		ev := l.events
+		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), uintptr(t), 0, 0)
+		switch {
+		case e == unix.EINTR:
+			return 0, nil // a preemption signal: back through run, which may be preempted
+		case e != 0:
+			return 0, e
+		case n > 0:
+			return int(n), nil
+		case t == timeout:
+			return 0, nil
+		}
+		l.quiet = true
+	}
+	n, err := l.waitBlocking(timeout)
+	if n > 0 {
+		l.quiet = false
+	}
+	return n, err
+}
+
+// rawWaitMax bounds a raw wait, in milliseconds (see wait).
+const rawWaitMax = 5
+
+func (l *evloop) waitBlocking(timeout int) (int, error) {
 	for {
 		n, err := unix.EpollWait(l.ep, l.events, timeout)
 		if err == unix.EINTR {
