@@ -113,7 +113,7 @@ bench-coldstart: build
 ## bench-vip: a node-2 caller's connect+request latency via the BPF-steered
 ## VIP, via kube-proxy, and to the router directly (needs a running cluster)
 bench-vip: build
-	$(BIN)/skipper-bench vip -n 2000
+	$(BIN)/skipper-bench vip -n 2000 -rounds 5
 
 ## bench: warm requests direct, through the router (node IP, BPF-steered VIP,
 ## kube-proxy) and through nginx, haproxy and fastproxy (a minimal fasthttp

@@ -49,11 +49,12 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	node := fs.Int("node", 2, "the caller's node")
 	function := fs.String("function", "default/echo", "function called")
 	envFile := fs.String("env", ".skipper/env", "the local cluster's env file")
+	rounds := fs.Int("rounds", 3, "rounds, each running every path once in turn")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *n < 1 || *node < 1 {
-		return fmt.Errorf("-n and -node must be at least 1")
+	if *n < 1 || *node < 1 || *rounds < 1 {
+		return fmt.Errorf("-n, -node and -rounds must be at least 1")
 	}
 	_, _, cs, err := attach(*envFile)
 	if err != nil {
@@ -79,40 +80,76 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		{"169.254.20.20:80 direct", "http://169.254.20.20:80", false},
 		{"node IP:8380 direct", "http://" + net.JoinHostPort(topo.NodeIP(*node).String(), "8380"), false},
 	}
-	fmt.Fprintf(stdout, "vip: caller on node%d, %d requests per path, each on a new connection, function %s\n\n", *node, *n, *function)
+	fmt.Fprintf(stdout, "vip: caller on node%d, %d requests per path and round, each on a new connection, function %s, %d rounds (the paths interleaved in each; median and min–max)\n\n",
+		*node, *n, *function, *rounds)
+	// One round runs every path once, in turn, so that a drift of the
+	// machine (a warming cache, a neighbour's load) falls on all of them.
+	stats := make([][]vipStat, len(paths))
+	for range *rounds {
+		for i, p := range paths {
+			// The caller joins the node's cgroup (or not) before entering its
+			// network namespace: ip netns exec remounts /sys.
+			script := `exec ip netns exec "$1" "$2" vip-client -url "$3" -n "$4" -function "$5"`
+			if p.inCgroup {
+				script = `echo $$ > "$6/cgroup.procs" && ` + script
+			}
+			cmd := exec.CommandContext(ctx, "sh", "-c", script, "caller", topo.Netns(*node), self, p.url,
+				strconv.Itoa(*n), *function, filepath.Join(mnt, "skipper", cluster.NodeName(*node)))
+			cmd.Stderr = stderr
+			out, err := cmd.Output()
+			if err != nil {
+				return fmt.Errorf("%s: client: %w", p.name, err)
+			}
+			var r clientResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				return fmt.Errorf("%s: client output: %w", p.name, err)
+			}
+			if len(r.Lat) == 0 {
+				return fmt.Errorf("%s: no request answered: %d/%d failed (%s)", p.name, r.Errors, r.N, r.FirstEr)
+			}
+			s := slices.Clone(r.Lat)
+			slices.Sort(s)
+			q := func(f float64) time.Duration { return s[min(len(s)-1, int(f*float64(len(s))))] }
+			stats[i] = append(stats[i], vipStat{p50: q(0.5), p99: q(0.99), rps: float64(len(s)) / r.Elapsed.Seconds(), errors: r.Errors})
+		}
+	}
 	fmt.Fprintln(stdout, "| path | p50 | p99 | requests/s | errors |")
 	fmt.Fprintln(stdout, "|---|---|---|---|---|")
-	for _, p := range paths {
-		// The caller joins the node's cgroup (or not) before entering its
-		// network namespace: ip netns exec remounts /sys.
-		script := `exec ip netns exec "$1" "$2" vip-client -url "$3" -n "$4" -function "$5"`
-		if p.inCgroup {
-			script = `echo $$ > "$6/cgroup.procs" && ` + script
+	for i, p := range paths {
+		st := stats[i]
+		dur := func(get func(vipStat) time.Duration) string {
+			v := make([]float64, len(st))
+			for j, x := range st {
+				v[j] = float64(get(x))
+			}
+			m, lo, hi := medianRange(v)
+			r := func(f float64) string { return time.Duration(f).Round(time.Microsecond).String() }
+			return fmt.Sprintf("%s (%s–%s)", r(m), r(lo), r(hi))
 		}
-		cmd := exec.CommandContext(ctx, "sh", "-c", script, "caller", topo.Netns(*node), self, p.url,
-			strconv.Itoa(*n), *function, filepath.Join(mnt, "skipper", cluster.NodeName(*node)))
-		cmd.Stderr = stderr
-		out, err := cmd.Output()
-		if err != nil {
-			fmt.Fprintf(stdout, "| %s | – | – | – | client failed: %v |\n", p.name, err)
-			continue
+		rps := make([]float64, len(st))
+		errs := 0
+		for j, x := range st {
+			rps[j] = x.rps
+			errs += x.errors
 		}
-		var r clientResult
-		if err := json.Unmarshal(out, &r); err != nil {
-			return fmt.Errorf("%s: client output: %w", p.name, err)
-		}
-		if len(r.Lat) == 0 {
-			fmt.Fprintf(stdout, "| %s | – | – | – | %d/%d (%s) |\n", p.name, r.Errors, r.N, r.FirstEr)
-			continue
-		}
-		s := slices.Clone(r.Lat)
-		slices.Sort(s)
-		q := func(f float64) string {
-			return s[min(len(s)-1, int(f*float64(len(s))))].Round(time.Microsecond).String()
-		}
-		fmt.Fprintf(stdout, "| %s | %s | %s | %.0f | %d |\n", p.name, q(0.5), q(0.99), float64(len(s))/r.Elapsed.Seconds(), r.Errors)
+		m, lo, hi := medianRange(rps)
+		fmt.Fprintf(stdout, "| %s | %s | %s | %.0f (%.0f–%.0f) | %d |\n", p.name,
+			dur(func(x vipStat) time.Duration { return x.p50 }), dur(func(x vipStat) time.Duration { return x.p99 }), m, lo, hi, errs)
 	}
 	return nil
+}
+
+// vipStat is one path's figures in one round.
+type vipStat struct {
+	p50, p99 time.Duration
+	rps      float64
+	errors   int
+}
+
+// medianRange is v's median (soak.go's median) with its minimum and
+// maximum.
+func medianRange(v []float64) (m, lo, hi float64) {
+	return median(v), slices.Min(v), slices.Max(v)
 }
 
 // runVIPClient makes n sequential GETs to url, each on a new connection,
