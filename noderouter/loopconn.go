@@ -20,7 +20,8 @@ type lconn struct {
 	n      int    // bytes in in
 	ready  bool   // readable as far as the loop knows
 	rdhup  bool   // the peer shut its side down (nothing more to read once in is)
-	out    []byte // what a full send buffer left, written on its next edge
+	out    []byte // to write: at the batch's end, then what a full send buffer left on its next edge
+	dirty  bool   // in the loop's dirty list
 	since  time.Time
 
 	// A caller's.
@@ -171,8 +172,9 @@ func (l *evloop) fill(c *lconn) readResult {
 }
 
 // fdWriter writes to the loop's current connection (set before each use
-// of the loop's bw): at once, and what a full send buffer leaves into the
-// connection's out, written on its next edge.
+// of the loop's bw): into its out, which the loop writes at the end of the
+// batch (flushDirty), or once connected; what a full send buffer leaves
+// there is written on the socket's next edge.
 type fdWriter struct {
 	l *evloop
 	c *lconn
@@ -180,16 +182,9 @@ type fdWriter struct {
 
 func (w *fdWriter) Write(p []byte) (int, error) {
 	c := w.c
-	if c.connecting || len(c.out) > 0 {
-		c.out = append(c.out, p...)
-		return len(p), nil
-	}
-	n, full, err := writeAll(uintptr(c.fd), p)
-	if err != nil {
-		return n, err
-	}
-	if full {
-		c.out = append(c.out, p[n:]...)
+	c.out = append(c.out, p...)
+	if !c.connecting {
+		w.l.dirtied(c)
 	}
 	return len(p), nil
 }
