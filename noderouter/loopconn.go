@@ -213,3 +213,32 @@ func (l *evloop) flushOut(c *lconn) bool {
 	}
 	return true
 }
+
+// dirtied notes that c has bytes in out to write at the end of the batch.
+//
+// A loop's writes wait for the end of its batch of events: every request
+// and answer the batch brought is read first, then all are written. A
+// write wakes its peer (the instance, the caller), which on these shared
+// cores may take the loop's CPU before the loop read the rest; measured
+// side by side with nginx (issue 14), writing at once left the loop at
+// 0.79–0.95× nginx's throughput, at the batch's end 0.95–0.99×, at less CPU
+// per request.
+func (l *evloop) dirtied(c *lconn) {
+	if !c.dirty {
+		c.dirty = true
+		l.dirty = append(l.dirty, c)
+	}
+}
+
+// flushDirty writes what the batch left in the connections' out.
+func (l *evloop) flushDirty() {
+	for i := 0; i < len(l.dirty); i++ { // flushOut may add more: a caller's next request
+		c := l.dirty[i]
+		l.dirty[i] = nil
+		c.dirty = false
+		if l.conn(c.fd) == c && len(c.out) > 0 && !c.connecting {
+			l.flushOut(c)
+		}
+	}
+	l.dirty = l.dirty[:0]
+}
