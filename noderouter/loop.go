@@ -179,7 +179,8 @@ func (l *evloop) run() {
 	// 10 ms without a scheduling point (a loop under load, or in a raw
 	// wait), and a locked one then costs a hand-over of its thread and P
 	// each time (futex wake-ups, measured in the open loop's p99);
-	// unlocked, the same thread takes it up again at once.
+	// unlocked, it goes back to the run queue and the next thread with a
+	// P (as a rule its own) takes it up.
 	defer l.closeAll()
 	l.sweepAt = time.Now().Add(loopSweep)
 	for !l.stopped && !(l.draining && l.callers == 0) {
@@ -240,7 +241,9 @@ func (l *evloop) wait(timeout int) (int, error) {
 			t = timeout
 		}
 		ev := l.events
-		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), uintptr(t), 0, 0)
+		// epoll_pwait with no signal mask: epoll_wait, on every
+		// architecture (arm64 has only the former).
+		n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), uintptr(t), 0, 0)
 		switch {
 		case e == unix.EINTR:
 			return 0, nil // a preemption signal: back through run, which may be preempted
@@ -252,6 +255,9 @@ func (l *evloop) wait(timeout int) (int, error) {
 			return 0, nil
 		}
 		l.quiet = true
+		if timeout > 0 {
+			timeout -= t // a deadline is kept to the millisecond
+		}
 	}
 	n, err := l.waitBlocking(timeout)
 	if n > 0 {
@@ -353,6 +359,8 @@ func (l *evloop) sweepBy(t time.Time) {
 // returns when to sweep next: in a second, or at the first deadline
 // before.
 func (l *evloop) sweep(now time.Time) time.Time {
+	// GOMAXPROCS follows the container's CPU limit as it changes.
+	l.spare = runtime.GOMAXPROCS(0) > len(l.s.loops)
 	next := now.Add(loopSweep)
 	soon := func(t time.Time) {
 		if !t.IsZero() && t.Before(next) {

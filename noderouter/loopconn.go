@@ -201,6 +201,9 @@ func (l *evloop) flushOut(c *lconn) bool {
 		return false
 	}
 	c.out = c.out[:copy(c.out, c.out[n:])]
+	if len(c.out) == 0 && cap(c.out) > 4<<10 {
+		c.out = nil // a large answer's buffer is not kept for the connection's life
+	}
 	if len(c.out) == 0 && !c.up {
 		if c.closeAfter {
 			l.close(c)

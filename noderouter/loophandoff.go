@@ -143,6 +143,10 @@ func (c *h1conn) finishResumed(r *resumed) {
 // failed send of that request (nil: none).
 func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
 	l.p.m.handovers[reason].Inc()
+	// The connection's new goroutine is queued on this loop's P: the next
+	// wait gives the P up, so that it runs without waiting for a
+	// preemption of the loop.
+	l.quiet = true
 	l.forget(c)
 	nc, err := fdConn(c.fd)
 	if err != nil {
@@ -156,10 +160,21 @@ func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
 	l.s.handOver(nc, bytes.Clone(c.in[:c.n]), c.served > 0, nil, prior)
 }
 
+var errUnsentRequest = errors.New("the instance answered before the request was all sent")
+
 // resume hands c and up over in the middle of the exchange: the
 // goroutine path reads the answer on from what up.in holds.
 func (l *evloop) resume(c *lconn, up *lconn) {
+	if len(up.out) > 0 {
+		// The request is not all sent (a full send buffer) and an answer
+		// came: nothing to hand on.
+		c.peer, up.peer = nil, nil
+		l.close(up)
+		l.fail(c, errUnsentRequest)
+		return
+	}
 	l.p.m.handovers[handoverAnswer].Inc()
+	l.quiet = true // see handOver
 	x := c.x
 	c.x.busy = false // the slot (and the in-flight count) go with the exchange
 	c.peer, up.peer = nil, nil

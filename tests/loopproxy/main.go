@@ -183,7 +183,7 @@ func (l *loop) closeAll() {
 // loops saved, so by default one P is left idle.
 func (l *loop) wait() (int, error) {
 	ev := l.events
-	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_WAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), 0, 0, 0)
+	n, _, e := unix.RawSyscall6(unix.SYS_EPOLL_PWAIT, uintptr(l.ep), uintptr(unsafe.Pointer(&ev[0])), uintptr(len(ev)), 0, 0, 0)
 	if e == 0 && n > 0 {
 		return int(n), nil
 	}
