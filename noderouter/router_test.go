@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -102,12 +104,24 @@ func startEcho(t *testing.T, uid string) string {
 }
 
 // deadAddress is an address nothing listens on.
+// deadAddress is a loopback address that refuses connections for the
+// test's life: a socket bound to it that never listens holds the port, so
+// no listener the test starts later (the router's own) can be given it.
 func deadAddress(t *testing.T) string {
 	t.Helper()
-	ln := listen(t)
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Close(fd) })
+	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
 }
 
 func inst(uid, addr string) *pb.Instance {
