@@ -118,7 +118,9 @@ bench-vip: build
 ## bench: warm requests direct, through the router (node IP, BPF-steered VIP,
 ## kube-proxy) and through nginx, haproxy and fastproxy (a minimal fasthttp
 ## proxy, tests/fastproxy) beside it: wrk closed loop,
-## fixed-rate open loop, proxy CPU per request; rewrites its section of
+## fixed-rate open loop, proxy CPU per request; then the VIP per new
+## connection (skipper-bench vip) and the router's allocations per request
+## (BenchmarkProxyWarmServed); rewrites its section of
 ## docs/benchmarks.md and docs/bench/ (needs a running cluster: make up in
 ## another shell; root)
 bench: build
@@ -126,7 +128,8 @@ bench: build
 	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
 	cd tests/fastproxy && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ .
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./tests/loopproxy
-	$(BIN)/skipper-bench warm
+	$(GO) test -run '^$$' -bench 'ProxyWarmServed' -benchmem -count 3 ./noderouter/ > $(BIN)/bench-allocs.txt
+	$(BIN)/skipper-bench warm -allocs $(BIN)/bench-allocs.txt
 
 ## bench-scale: the router's and the controller's cost beyond the request
 ## path, in-process with synthetic assignments (no cluster; issue 14): heap

@@ -11,11 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
@@ -60,17 +61,46 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(stdout, "vip: caller on node%d, %d requests per path and round, each on a new connection, function %s, %d rounds (the paths interleaved in each; median and min–max)\n\n",
+		*node, *n, *function, *rounds)
+	rows, err := vipRounds(ctx, cs, vipConfig{n: *n, node: *node, rounds: *rounds, function: *function}, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, vipTable(rows))
+	return nil
+}
+
+// vipConfig is what one vip measurement runs.
+type vipConfig struct {
+	n, node, rounds int
+	function        string
+}
+
+// vipRow is one path's figures over the rounds: latencies in
+// milliseconds, the median and range of the rounds' p50 and p99.
+type vipRow struct {
+	Path   string `json:"path"`
+	P50    stat   `json:"p50_ms"`
+	P99    stat   `json:"p99_ms"`
+	RPS    stat   `json:"rps"`
+	Errors int    `json:"errors"`
+}
+
+// vipRounds runs every path once per round, in turn, so that a drift of
+// the machine (a warming cache, a neighbour's load) falls on all of them.
+func vipRounds(ctx context.Context, cs kubernetes.Interface, cfg vipConfig, stderr io.Writer) ([]vipRow, error) {
 	svc, err := cs.CoreV1().Services("skipper-system").Get(ctx, "skipper", metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("the skipper Service: %w", err)
+		return nil, fmt.Errorf("the skipper Service: %w", err)
 	}
 	mnt, err := linuxhost.Cgroup2Mount()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	topo := cluster.DefaultTopology()
 	vip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
@@ -78,14 +108,12 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		{"VIP via BPF (connect4 rewrite)", "http://" + vip, true},
 		{"VIP via kube-proxy (no BPF)", "http://" + vip, false},
 		{"169.254.20.20:80 direct", "http://169.254.20.20:80", false},
-		{"node IP:8380 direct", "http://" + net.JoinHostPort(topo.NodeIP(*node).String(), "8380"), false},
+		{"node IP:8380 direct", "http://" + net.JoinHostPort(topo.NodeIP(cfg.node).String(), "8380"), false},
 	}
-	fmt.Fprintf(stdout, "vip: caller on node%d, %d requests per path and round, each on a new connection, function %s, %d rounds (the paths interleaved in each; median and min–max)\n\n",
-		*node, *n, *function, *rounds)
-	// One round runs every path once, in turn, so that a drift of the
-	// machine (a warming cache, a neighbour's load) falls on all of them.
-	stats := make([][]vipStat, len(paths))
-	for range *rounds {
+	rows := make([]vipRow, len(paths))
+	p50s, p99s, rpss := make([][]float64, len(paths)), make([][]float64, len(paths)), make([][]float64, len(paths))
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	for range cfg.rounds {
 		for i, p := range paths {
 			// The caller joins the node's cgroup (or not) before entering its
 			// network namespace: ip netns exec remounts /sys.
@@ -93,63 +121,42 @@ func runVIP(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 			if p.inCgroup {
 				script = `echo $$ > "$6/cgroup.procs" && ` + script
 			}
-			cmd := exec.CommandContext(ctx, "sh", "-c", script, "caller", topo.Netns(*node), self, p.url,
-				strconv.Itoa(*n), *function, filepath.Join(mnt, "skipper", cluster.NodeName(*node)))
+			cmd := exec.CommandContext(ctx, "sh", "-c", script, "caller", topo.Netns(cfg.node), self, p.url,
+				strconv.Itoa(cfg.n), cfg.function, filepath.Join(mnt, "skipper", cluster.NodeName(cfg.node)))
 			cmd.Stderr = stderr
 			out, err := cmd.Output()
 			if err != nil {
-				return fmt.Errorf("%s: client: %w", p.name, err)
+				return nil, fmt.Errorf("%s: client: %w", p.name, err)
 			}
 			var r clientResult
 			if err := json.Unmarshal(out, &r); err != nil {
-				return fmt.Errorf("%s: client output: %w", p.name, err)
+				return nil, fmt.Errorf("%s: client output: %w", p.name, err)
 			}
 			if len(r.Lat) == 0 {
-				return fmt.Errorf("%s: no request answered: %d/%d failed (%s)", p.name, r.Errors, r.N, r.FirstEr)
+				return nil, fmt.Errorf("%s: no request answered: %d/%d failed (%s)", p.name, r.Errors, r.N, r.FirstEr)
 			}
-			s := slices.Clone(r.Lat)
-			slices.Sort(s)
-			q := func(f float64) time.Duration { return s[min(len(s)-1, int(f*float64(len(s))))] }
-			stats[i] = append(stats[i], vipStat{p50: q(0.5), p99: q(0.99), rps: float64(len(s)) / r.Elapsed.Seconds(), errors: r.Errors})
+			s := sortedCopy(r.Lat)
+			p50s[i] = append(p50s[i], ms(quantile(s, 0.50)))
+			p99s[i] = append(p99s[i], ms(quantile(s, 0.99)))
+			rpss[i] = append(rpss[i], float64(len(s))/r.Elapsed.Seconds())
+			rows[i].Errors += r.Errors
 		}
 	}
-	fmt.Fprintln(stdout, "| path | p50 | p99 | requests/s | errors |")
-	fmt.Fprintln(stdout, "|---|---|---|---|---|")
 	for i, p := range paths {
-		st := stats[i]
-		dur := func(get func(vipStat) time.Duration) string {
-			v := make([]float64, len(st))
-			for j, x := range st {
-				v[j] = float64(get(x))
-			}
-			m, lo, hi := medianRange(v)
-			r := func(f float64) string { return time.Duration(f).Round(time.Microsecond).String() }
-			return fmt.Sprintf("%s (%s–%s)", r(m), r(lo), r(hi))
-		}
-		rps := make([]float64, len(st))
-		errs := 0
-		for j, x := range st {
-			rps[j] = x.rps
-			errs += x.errors
-		}
-		m, lo, hi := medianRange(rps)
-		fmt.Fprintf(stdout, "| %s | %s | %s | %.0f (%.0f–%.0f) | %d |\n", p.name,
-			dur(func(x vipStat) time.Duration { return x.p50 }), dur(func(x vipStat) time.Duration { return x.p99 }), m, lo, hi, errs)
+		rows[i].Path, rows[i].P50, rows[i].P99, rows[i].RPS = p.name, summarize(p50s[i]), summarize(p99s[i]), summarize(rpss[i])
 	}
-	return nil
+	return rows, nil
 }
 
-// vipStat is one path's figures in one round.
-type vipStat struct {
-	p50, p99 time.Duration
-	rps      float64
-	errors   int
-}
-
-// medianRange is v's median (soak.go's median) with its minimum and
-// maximum.
-func medianRange(v []float64) (m, lo, hi float64) {
-	return median(v), slices.Min(v), slices.Max(v)
+// vipTable renders the rows as a markdown table.
+func vipTable(rows []vipRow) string {
+	var b strings.Builder
+	b.WriteString("| path | p50 | p99 | requests/s | errors |\n|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d |\n", r.Path, fmtStat(r.P50, "%.3f", " ms"), fmtStat(r.P99, "%.3f", " ms"),
+			fmtStat(r.RPS, "%.0f", ""), r.Errors)
+	}
+	return b.String()
 }
 
 // runVIPClient makes n sequential GETs to url, each on a new connection,

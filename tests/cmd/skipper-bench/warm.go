@@ -84,6 +84,9 @@ type warmConfig struct {
 	Pool        string
 	Namespace   string
 	Fastproxy   string
+	Allocs      string // go test -bench -benchmem output to report; "" none
+	VIPN        int    // requests per path and round of the per-connection VIP figures; 0 none
+	VIPRounds   int
 }
 
 func parseWarmFlags(args []string, stderr io.Writer) (warmConfig, error) {
@@ -130,6 +133,9 @@ Flags:
 	fs.StringVar(&c.Pool, "pool", "echo", "pool of the Function "+warmFunction+" the bench makes (one instance)")
 	fs.StringVar(&c.Namespace, "namespace", "default", "namespace of the pool and the Function")
 	fs.StringVar(&c.Fastproxy, "fastproxy", "", "the fasthttp contender's binary (tests/fastproxy); empty: fastproxy next to this binary, else on PATH")
+	fs.StringVar(&c.Allocs, "allocs", "", "a file of `go test -bench -benchmem` output (make bench: the router's BenchmarkProxyWarmServed) whose allocs/op the report shows; empty: none")
+	fs.IntVar(&c.VIPN, "vip-n", 1000, "after the rounds, requests per path and round on a new connection each from node 2 (the VIP steered by BPF, by kube-proxy, the router direct: skipper-bench vip); 0: skip")
+	fs.IntVar(&c.VIPRounds, "vip-rounds", 5, "rounds of the per-connection VIP figures, the paths interleaved in each")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -164,6 +170,9 @@ func (c warmConfig) validate(known []string) error {
 	if c.Rate < 1 || c.Rate > 1_000_000 {
 		errs = append(errs, fmt.Errorf("-rate %d: want 1..1000000", c.Rate))
 	}
+	if c.VIPN < 0 || c.VIPRounds < 1 {
+		errs = append(errs, fmt.Errorf("-vip-n %d, -vip-rounds %d: want n ≥ 0 and rounds ≥ 1", c.VIPN, c.VIPRounds))
+	}
 	if len(c.Contenders) == 0 {
 		errs = append(errs, errors.New("-contenders: none given"))
 	}
@@ -194,6 +203,12 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	cfg, err := parseWarmFlags(args, stderr)
 	if err != nil {
 		return err
+	}
+	var allocs []allocRow
+	if cfg.Allocs != "" {
+		if allocs, err = readAllocs(cfg.Allocs); err != nil {
+			return err // before the cluster is touched
+		}
 	}
 	var fastproxy string
 	if slices.Contains(cfg.Contenders, "fasthttp") {
@@ -355,6 +370,15 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return runErr
 	}
 
+	var vip []vipRow
+	if runErr == nil && cfg.VIPN > 0 {
+		fmt.Fprintf(stderr, "warm: per-connection VIP figures, %d rounds × %d requests per path\n", cfg.VIPRounds, cfg.VIPN)
+		vip, runErr = vipRounds(ctx, cs, vipConfig{n: cfg.VIPN, node: 2, rounds: cfg.VIPRounds, function: fnName}, stderr)
+		if runErr != nil {
+			runErr = fmt.Errorf("per-connection VIP figures: %w", runErr)
+		}
+	}
+
 	rep := warmReport{
 		Date:        time.Now().UTC().Format("2006-01-02 15:04 UTC"),
 		Machine:     machine(),
@@ -368,6 +392,9 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		Workers:     workers,
 		Function:    fnName,
 		Instance:    fmt.Sprintf("%s on %s", inst, instNode),
+		Allocs:      allocs,
+		VIP:         vip,
+		VIPN:        cfg.VIPN,
 	}
 	if runErr != nil {
 		rep.Stopped = fmt.Sprintf("after %d of %d rounds: %v", done, cfg.Rounds, runErr)

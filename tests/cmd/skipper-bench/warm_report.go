@@ -34,6 +34,9 @@ type warmReport struct {
 	Instance    string             `json:"instance"`          // its one instance: pod IP:port on node N
 	Stopped     string             `json:"stopped,omitempty"` // why a run ended before its last round
 	Contenders  []contenderSummary `json:"contenders"`
+	Allocs      []allocRow         `json:"allocs,omitempty"` // the router's allocations per request (-allocs)
+	VIP         []vipRow           `json:"vip,omitempty"`    // per new connection from node 2 (-vip-n)
+	VIPN        int                `json:"vip_n,omitempty"`
 }
 
 // contenderSummary is one contender's figures over the rounds. Latencies
@@ -136,6 +139,20 @@ func (r warmReport) markdown(images []string) string {
 			fmtStat(c.OpenP50, msFormat(c.OpenP50), " ms"), fmtStat(c.OpenP99, msFormat(c.OpenP99), " ms"),
 			fmtStat(c.OpenP999, msFormat(c.OpenP999), " ms"), fmtStat(c.OpenRate, "%.0f", ""),
 			fmtStat(c.OpenCPU, "%.1f", " µs"), c.OpenErrors)
+	}
+	if len(r.VIP) > 0 {
+		p("\n### Per new connection from node 2: the Service VIP steered by BPF against kube-proxy\n\n")
+		p("`skipper-bench vip`'s measurement, after the rounds: a caller in node 2's namespace makes %d sequential GETs per path and round, "+
+			"each on a new connection (connect + request, which steering changes), the paths interleaved in each of the rounds; "+
+			"each figure is the median of the rounds' p50 and p99, the range in parentheses.\n\n", r.VIPN)
+		p("%s", vipTable(r.VIP))
+	}
+	if len(r.Allocs) > 0 {
+		p("\n### Allocations per proxied request\n\n")
+		p("`go test -run '^$' -bench ProxyWarmServed -benchmem ./noderouter/` (make bench), a raw keep-alive client to a raw instance " +
+			"through the router's served path per forwarder, on loopback; allocs/op counts the whole test process, the client's included " +
+			"(the largest of the runs).\n\n")
+		p("%s", allocsTable(r.Allocs))
 	}
 	if len(images) > 0 {
 		p("\n")
