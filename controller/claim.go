@@ -385,6 +385,10 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", p.Namespace, p.Name, fn.Key(), err)
 	}
 	info.At = time.Now()
+	if key := poolKeyOf(p); key != "" {
+		c.pools.claimed(key, p.UID, info.At)
+		c.poolQueue.Add(key)
+	}
 	c.startRecord(p, fn, info)
 	c.log.Debug("claim timing", "function", fn.Key(), "pod", p.Name, "assign", info.At.Sub(start))
 	return claimedCopy(p, fn, info), nil

@@ -48,8 +48,11 @@ type controller struct {
 	// nsQueue holds namespaces whose key ConfigMap needs reconciling;
 	// fnQueue holds function keys whose instance set needs recomputing;
 	// ringQueue holds the single key "" when the ring or the set of
-	// functions changed.
-	nsQueue, fnQueue, ringQueue workqueue.TypedRateLimitingInterface[string]
+	// functions changed; poolQueue holds pool keys ("namespace/pool")
+	// whose autoscaled replicas need deciding.
+	nsQueue, fnQueue, ringQueue, poolQueue workqueue.TypedRateLimitingInterface[string]
+
+	pools poolStats // claims and pod starts per pool, for the pool autoscaler
 
 	podsChanged broadcast // woken on every pool pod event; claim waiters re-check
 
@@ -164,6 +167,8 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "functions"}),
 		ringQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ring"}),
+		poolQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pools"}),
 		claimSlots: make(chan struct{}, cfg.MaxParallelClaims),
 		fns:        map[string]*fnState{},
 		flights:    map[string][]*flight{},
@@ -211,6 +216,11 @@ func (c *controller) addHandlers() {
 			}
 			c.podsChanged.notify()
 		}))
+		_, _ = s.pods.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
+			AddFunc:    func(obj any, initial bool) { c.poolPodEvent(obj, !initial, false) },
+			UpdateFunc: func(_, obj any) { c.poolPodEvent(obj, false, false) },
+			DeleteFunc: func(obj any) { c.poolPodEvent(tombstone(obj), false, true) },
+		})
 	}
 	_, _ = c.cache.endpointSlices.AddEventHandler(eventHandler(func(any) { c.ringQueue.Add("") }))
 }
@@ -252,8 +262,13 @@ func (c *controller) poolChanged(obj any, deleted bool) {
 	c.nsQueue.Add(d.Namespace)
 	c.podsChanged.notify()
 	if pool := d.Labels[v1alpha1.LabelPool]; pool != "" {
+		c.poolQueue.Add(d.Namespace + "/" + pool)
 		if deleted {
 			c.metrics.poolWaiters.DeleteLabelValues(d.Namespace + "/" + pool)
+			if len(c.cache.poolDeployments(d.Namespace, pool)) == 0 {
+				c.pools.drop(d.Namespace + "/" + pool)
+				c.metrics.poolTarget.DeleteLabelValues(d.Namespace + "/" + pool)
+			}
 		} else {
 			c.metrics.poolWaiters.WithLabelValues(d.Namespace + "/" + pool)
 		}
@@ -266,6 +281,7 @@ func (c *controller) start(ctx context.Context) {
 	c.events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.core.CoreV1().Events("")})
 	scheme := runtime.NewScheme()
 	_ = v1alpha1.AddToScheme(scheme)
+	_ = appsv1.AddToScheme(scheme) // Events on pool Deployments
 	c.recorder = c.events.NewRecorder(scheme, corev1.EventSource{Component: "skipper-controller", Host: c.cfg.PodName})
 	c.mu.Lock()
 	c.runCtx = ctx
@@ -279,17 +295,23 @@ func (c *controller) start(ctx context.Context) {
 	}{
 		{"namespaces", c.nsQueue, c.syncNamespace},
 		{"functions", c.fnQueue, c.syncFunction},
-		{"ring", c.ringQueue, func(ctx context.Context, _ string) error { c.syncRing(); return nil }},
+		{"ring", c.ringQueue, func(ctx context.Context, _ string) error { c.syncRing(); c.enqueuePools(); return nil }},
+		{"pools", c.poolQueue, c.syncPool},
 	} {
 		c.wg.Go(func() { c.runQueue(ctx, q.name, q.q, q.f) })
 	}
 	c.wg.Go(func() {
 		<-ctx.Done()
-		c.nsQueue.ShutDown()
-		c.fnQueue.ShutDown()
-		c.ringQueue.ShutDown()
+		c.shutDownQueues()
 		c.podsChanged.notify()
 	})
+}
+
+// shutDownQueues shuts every work queue down (their workers return).
+func (c *controller) shutDownQueues() {
+	for _, q := range []workqueue.TypedRateLimitingInterface[string]{c.nsQueue, c.fnQueue, c.ringQueue, c.poolQueue} {
+		q.ShutDown()
+	}
 }
 
 // stop waits for every goroutine start and the claims began; ctx must

@@ -31,6 +31,7 @@ type metrics struct {
 	heartbeatBatches *prometheus.CounterVec
 	instances        *prometheus.GaugeVec
 	poolWaiters      *prometheus.GaugeVec
+	poolTarget       *prometheus.GaugeVec
 	routerStreams    prometheus.Gauge
 	scaleDecisions   *prometheus.CounterVec
 	informerLag      prometheus.Gauge
@@ -87,6 +88,10 @@ func newMetrics() *metrics {
 			Name: "skipper_controller_pool_waiters",
 			Help: "Claims waiting for a pool pod to become Ready, by pool (namespace/name).",
 		}, []string{"pool"}),
+		poolTarget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "skipper_controller_pool_target_replicas",
+			Help: "The replicas the pool autoscaler last decided for an autoscaled pool this replica owns, by pool (namespace/name).",
+		}, []string{"pool"}),
 		routerStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "skipper_controller_router_streams",
 			Help: "Open Connect streams from routers.",
@@ -123,7 +128,7 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.assignments, m.assignmentTime, m.ownedFunctions, m.ringMembers,
-		m.heartbeatBatches, m.instances, m.poolWaiters, m.routerStreams,
+		m.heartbeatBatches, m.instances, m.poolWaiters, m.poolTarget, m.routerStreams,
 		m.scaleDecisions, m.informerLag, m.ownershipMoves, m.wireViolations,
 		m.unrecorded, m.recordFailures,
 	)

@@ -108,11 +108,7 @@ func newScaleReplica(tb testing.TB, n int) *scaleReplica {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() {
-		c.nsQueue.ShutDown()
-		c.fnQueue.ShutDown()
-		c.ringQueue.ShutDown()
-	})
+	tb.Cleanup(c.shutDownQueues)
 	r.c = c
 	set := c.cache.set("default")
 	if err := set.deployments.GetIndexer().Add(poolDeploy("echo")); err != nil {

@@ -3,6 +3,7 @@
 // `make up` first, or let `make bench-coldstart` do it).
 //
 //	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
+//	skipper-bench burst [-n 30] [-spread 3s] [-pool-min 3] [-pool-max 40] [-window 10s]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
 //	skipper-bench warm [-rounds 5] [-duration 5s] [-connections 64] [-rate 1000] [-contenders direct,router,nginx,haproxy,fasthttp,vip,kube-proxy] [-docs docs/benchmarks.md]
@@ -16,6 +17,13 @@
 // start on an otherwise idle cluster, not one among a growing crowd of
 // functions that idle out and scale to zero mid-run. It prints
 // p50/p90/p99/max of both.
+//
+// burst is issue 15's burst against the pool autoscaler (see burst.go): a
+// pool of its own, annotated skipper.dev/autoscale, n new Functions on it
+// whose first calls start evenly over -spread; it reports how many were
+// served by a pod that was ready (as its watch saw it) before the call
+// began, the pool's replicas as it grows, and when it is back at its
+// minimum after the window.
 //
 // vip compares, for a caller on one node, the skipper Service VIP steered by
 // BPF, the VIP through kube-proxy, and the router's addresses dialled
@@ -84,6 +92,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		switch args[0] {
 		case "vip":
 			return runVIP(ctx, args[1:], stdout, stderr)
+		case "burst":
+			return runBurst(ctx, args[1:], stdout, stderr)
 		case "vip-client":
 			return runVIPClient(ctx, args[1:], stdout, stderr)
 		case "soak":
@@ -95,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if len(args) == 0 || args[0] != "coldstart" {
-		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|vip|soak|warm [flags]   (skipper-bench warm --help)")
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|burst|vip|soak|warm [flags]   (skipper-bench warm --help)")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)

@@ -1,0 +1,231 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/scaling"
+)
+
+// The pool autoscaler's annotations on a pool Deployment (issue 15, item
+// 6); docs/operations.md, "Pool autoscaling", describes them.
+const (
+	annPoolMin      = "skipper.dev/pool-min"
+	annPoolMax      = "skipper.dev/pool-max"
+	annPoolWindow   = "skipper.dev/pool-window"
+	annPoolHeadroom = "skipper.dev/pool-headroom"
+)
+
+// Defaults of the pool annotations, and their bounds.
+const (
+	defaultPoolMin = 1
+	defaultPoolMax = 20
+	maxPoolMax     = 1000
+	minPoolWindow  = time.Second
+	// poolResync is how often an autoscaled pool with claims in its window
+	// is decided again (its rate falls as they leave the window), beside
+	// every event of its pods.
+	poolResync = time.Second
+)
+
+// poolPolicy is a pool Deployment's autoscaling annotations, parsed.
+type poolPolicy struct {
+	min, max, headroom int32
+	window             time.Duration
+}
+
+// autoscaled reports whether d opted in to the pool autoscaler.
+func autoscaled(d *appsv1.Deployment) bool {
+	return d.Annotations[v1alpha1.AnnotationAutoscale] == "true"
+}
+
+// poolPolicyOf parses d's pool annotations, all problems at once.
+func poolPolicyOf(d *appsv1.Deployment) (poolPolicy, error) {
+	p := poolPolicy{min: defaultPoolMin, max: defaultPoolMax, headroom: scaling.DefaultPoolHeadroom, window: scaling.DefaultPoolWindow}
+	var errs []error
+	count := func(name string, dst *int32, lo, hi int64) {
+		v, ok := d.Annotations[name]
+		if !ok {
+			return
+		}
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < lo || n > hi {
+			errs = append(errs, fmt.Errorf("%s %q: want a whole number in [%d, %d]", name, v, lo, hi))
+			return
+		}
+		*dst = int32(n)
+	}
+	count(annPoolMin, &p.min, 0, maxPoolMax)
+	count(annPoolMax, &p.max, 1, maxPoolMax)
+	count(annPoolHeadroom, &p.headroom, 0, maxPoolMax)
+	if v, ok := d.Annotations[annPoolWindow]; ok {
+		w, err := time.ParseDuration(v)
+		if err != nil || w < minPoolWindow || w > maxPoolWindow {
+			errs = append(errs, fmt.Errorf("%s %q: want a duration in [%s, %s]", annPoolWindow, v, minPoolWindow, maxPoolWindow))
+		} else {
+			p.window = w
+		}
+	}
+	if p.max < p.min {
+		errs = append(errs, fmt.Errorf("%s %d is below %s %d", annPoolMax, p.max, annPoolMin, p.min))
+	}
+	return p, errors.Join(errs...)
+}
+
+// poolKeyOf is the pool key ("namespace/pool") of a pool Deployment or
+// pod; "" for other objects.
+func poolKeyOf(obj metav1.Object) string {
+	if pool := obj.GetLabels()[v1alpha1.LabelPool]; pool != "" {
+		return obj.GetNamespace() + "/" + pool
+	}
+	return ""
+}
+
+// syncPool sets an autoscaled pool's replicas, when this replica owns the
+// pool on the ring: scaling.DecidePool over the claims the pool saw in its
+// window, its pods' measured time to ready, its ready and unrecorded pods.
+func (c *controller) syncPool(ctx context.Context, key string) error {
+	ns, pool, ok := splitKey(key)
+	if !ok || !c.owns(key) {
+		return nil
+	}
+	var deps []*appsv1.Deployment
+	for _, d := range c.cache.poolDeployments(ns, pool) {
+		if autoscaled(d) {
+			deps = append(deps, d)
+		}
+	}
+	switch {
+	case len(deps) == 0:
+		return nil
+	case len(deps) > 1:
+		for _, d := range deps {
+			c.deploymentEvent(d, corev1.EventTypeWarning, "PoolAutoscaleAmbiguous",
+				"%d autoscaled Deployments carry %s=%s; none is scaled", len(deps), v1alpha1.LabelPool, pool)
+		}
+		return nil
+	}
+	d := deps[0]
+	pol, err := poolPolicyOf(d)
+	if err != nil {
+		c.deploymentEvent(d, corev1.EventTypeWarning, "InvalidPoolAutoscale", "not scaled: %v", err)
+		return nil // the Deployment's next update brings it back
+	}
+	now := time.Now()
+	snap := c.pools.snapshot(key, now, pol.window)
+	var ready int32
+	for _, p := range c.cache.poolPods(ns, pool) {
+		if podReady(p) && p.DeletionTimestamp == nil {
+			ready++
+		}
+	}
+	replicas := int32(1)
+	if d.Spec.Replicas != nil {
+		replicas = *d.Spec.Replicas
+	}
+	dec := scaling.DecidePool(scaling.PoolInput{
+		Now: now, Claims: snap.claims, Window: pol.window, ReadyTime: snap.readyTime, Headroom: pol.headroom,
+		Min: pol.min, Max: pol.max, Replicas: replicas, Ready: ready, Unrecorded: c.unrecordedIn(ns, pool, now),
+		Recent: snap.recent, LastUp: snap.lastUp,
+	})
+	c.pools.decided(key, now, dec.Demand, pol.window)
+	if len(snap.claims) > 0 || dec.Reason == scaling.PoolReasonStabilized || dec.Reason == scaling.PoolReasonUnrecorded {
+		c.poolQueue.AddAfter(key, poolResync) // held or decaying: decided again soon
+	}
+	c.metrics.poolTarget.WithLabelValues(key).Set(float64(dec.Replicas))
+	if dec.Replicas == replicas {
+		return nil
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, dec.Replicas)
+	if _, err := c.core.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
+		return fmt.Errorf("scale pool %s (Deployment %s) to %d: %w", key, d.Name, dec.Replicas, err)
+	}
+	c.pools.scaled(key, now, int(dec.Replicas)-int(replicas))
+	shown := snap.readyTime
+	if shown == 0 {
+		shown = scaling.DefaultPoolReadyTime
+	}
+	c.log.Info("pool scaled", "pool", key, "deployment", d.Name, "from", replicas, "to", dec.Replicas,
+		"reason", dec.Reason, "claims", dec.Claims, "rate", dec.Rate, "ready_time", shown, "ready", ready)
+	c.deploymentEvent(d, corev1.EventTypeNormal, "PoolScaled", "replicas %d → %d, %s × ready time %s, headroom %d, within [%d, %d]",
+		replicas, dec.Replicas, dec, shown.Round(time.Millisecond), pol.headroom, pol.min, pol.max)
+	return nil
+}
+
+// unrecordedIn counts pool ns/pool's pods whose claim this replica made
+// and the informer does not show recorded yet, and those a claim is
+// assigning now: the Deployment's selector still matches them.
+func (c *controller) unrecordedIn(ns, pool string, now time.Time) int32 {
+	c.mu.Lock()
+	var keys []string
+	for k := range c.assumed {
+		if kns, _, _ := splitKey(k); kns == ns {
+			keys = append(keys, k)
+		}
+	}
+	c.mu.Unlock()
+	seen := map[types.UID]bool{}
+	for _, k := range keys {
+		_, name, _ := splitKey(k)
+		for _, p := range c.assumedPods(k, c.cache.functionPods(ns, name), now) {
+			if p.Labels[v1alpha1.LabelPool] == pool {
+				seen[p.UID] = true
+			}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, p := range c.cache.poolPods(ns, pool) {
+		if c.reserved[p.UID] {
+			seen[p.UID] = true
+		}
+	}
+	return int32(len(seen))
+}
+
+// enqueuePools queues every pool Deployment's pool (the ring changed:
+// pools may have moved here).
+func (c *controller) enqueuePools() {
+	for _, s := range c.cache.sets {
+		for _, obj := range s.deployments.GetStore().List() {
+			if d, ok := obj.(*appsv1.Deployment); ok && autoscaled(d) {
+				c.poolQueue.Add(poolKeyOf(d))
+			}
+		}
+	}
+}
+
+// poolPodEvent feeds a pool pod's event to the pool statistics and queues
+// its pool. created: the informer saw it appear while watching.
+func (c *controller) poolPodEvent(obj any, created, deleted bool) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	key := poolKeyOf(p)
+	if key == "" {
+		return
+	}
+	if deleted {
+		c.pools.forget(key, p.UID)
+	} else {
+		c.pools.observe(p, time.Now(), created)
+	}
+	c.poolQueue.Add(key)
+}
+
+// deploymentEvent records an Event on a pool Deployment.
+func (c *controller) deploymentEvent(d *appsv1.Deployment, typ, reason, format string, a ...any) {
+	if c.recorder != nil {
+		c.recorder.Eventf(d, typ, reason, format, a...)
+	}
+}

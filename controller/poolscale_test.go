@@ -1,0 +1,321 @@
+package controller
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/scaling"
+)
+
+func TestPoolStats(t *testing.T) {
+	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	var s poolStats
+	const key = "default/echo"
+	s.claimed(key, "a", now.Add(-time.Second))
+	s.claimed(key, "a", now) // its record, seen later: counts once
+	s.claimed(key, "old", now.Add(-time.Minute))
+
+	// A claim made by another replica shows as its record.
+	rec := poolPod("b", "echo", claimedBy(testFunction("hello")))
+	rec.Annotations = map[string]string{annClaimedAt: now.Add(-2 * time.Second).Format(time.RFC3339Nano)}
+	s.observe(rec, now, false)
+	// A pod of another pool, and one without a pool, are not this pool's.
+	s.observe(poolPod("c", "other", claimedBy(testFunction("x"))), now, false)
+	s.observe(testPod("d"), now, false)
+
+	snap := s.snapshot(key, now, 30*time.Second)
+	claims, ready := snap.claims, snap.readyTime
+	if len(claims) != 2 {
+		t.Errorf("claims in 30s: %v, want a and b", claims)
+	}
+	if ready != 0 {
+		t.Errorf("ready time %s with no pod start seen, want 0", ready)
+	}
+	if claims := s.snapshot(key, now, 90*time.Second).claims; len(claims) != 3 {
+		t.Errorf("claims in 90s: %d, want 3", len(claims))
+	}
+
+	// Pod starts, with nothing asked for: from seen created (not ready)
+	// to ready. A pod in the first list, or one already ready when seen,
+	// is not timed.
+	s = poolStats{}
+	for i, d := range []time.Duration{300, 100, 200} {
+		p := poolPod(fmt.Sprint("s", i), "echo", notReady)
+		s.observe(p, now, true)
+		p = poolPod(fmt.Sprint("s", i), "echo")
+		s.observe(p, now.Add(d*time.Millisecond), false)
+		s.observe(p, now.Add(time.Hour), false) // later updates change nothing
+	}
+	s.observe(poolPod("listed", "echo", notReady), now, false)
+	s.observe(poolPod("listed", "echo"), now.Add(time.Hour), false)
+	s.observe(poolPod("born-ready", "echo"), now, true)
+	s.observe(poolPod("born-ready", "echo"), now.Add(time.Hour), false)
+	// One claimed before it turned ready, and one deleted: forgotten.
+	s.observe(poolPod("claimed-early", "echo", notReady), now, true)
+	s.observe(poolPod("claimed-early", "echo", claimedBy(testFunction("hello"))), now.Add(time.Hour), false)
+	s.observe(poolPod("gone", "echo", notReady), now, true)
+	s.forget(key, "uid-gone")
+	if ready := s.snapshot(key, now, 30*time.Second).readyTime; ready != 200*time.Millisecond {
+		t.Errorf("ready time %s, want the median 200ms", ready)
+	}
+	if n := len(s.pools[key].born); n != 0 {
+		t.Errorf("%d pod starts still being timed, want 0", n)
+	}
+	// Only the latest starts count.
+	for i := range 2 * readySamples {
+		p := poolPod(fmt.Sprint("t", i), "echo", notReady)
+		s.observe(p, now, true)
+		s.observe(poolPod(fmt.Sprint("t", i), "echo"), now.Add(time.Second), false)
+	}
+	if ready := s.snapshot(key, now, 30*time.Second).readyTime; ready != time.Second || len(s.pools[key].ready) != readySamples {
+		t.Errorf("ready time %s over %d samples, want 1s over %d", ready, len(s.pools[key].ready), readySamples)
+	}
+	s.drop(key)
+	if snap := s.snapshot(key, now, 30*time.Second); snap.claims != nil || snap.readyTime != 0 {
+		t.Errorf("a dropped pool still has %+v", snap)
+	}
+}
+
+func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
+	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	var s poolStats
+	const key = "default/echo"
+	start := func(name string, born, ready time.Duration) {
+		s.observe(poolPod(name, "echo", notReady), now.Add(born), true)
+		s.observe(poolPod(name, "echo"), now.Add(ready), false)
+	}
+	s.claimed(key, "a", now)                        // its replacement: 2s
+	s.scaled(key, now.Add(500*time.Millisecond), 2) // two more: 2.5s, 2.5s
+	s.claimed(key, "late", now.Add(-time.Second))   // a record seen late: its claim is the oldest, 3s
+	for i := range 4 {
+		start(fmt.Sprint("r", i), 1500*time.Millisecond, 2*time.Second)
+	}
+	start("spare", 2*time.Second, 2100*time.Millisecond) // nothing asked for it: seen created → ready
+	s.scaled(key, now.Add(3*time.Second), 3)
+	s.scaled(key, now.Add(4*time.Second), -2) // two of those three are cancelled
+	if n := len(s.pools[key].orders); n != 1 {
+		t.Errorf("%d pods asked for, want 1", n)
+	}
+	if up := s.snapshot(key, now, time.Minute).lastUp; !up.Equal(now.Add(3 * time.Second)) {
+		t.Errorf("last scale-up at %s, want +3s", up)
+	}
+	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 100 * time.Millisecond}
+	got := s.pools[key].ready
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("pod starts %v, want %v", got, want)
+	}
+	// A decision's demand is kept for the window; the same demand again
+	// moves its time.
+	s.decided(key, now, 9, 10*time.Second)
+	s.decided(key, now.Add(time.Second), 9, 10*time.Second)
+	s.decided(key, now.Add(2*time.Second), 4, 10*time.Second)
+	s.decided(key, now.Add(12*time.Second), 3, 10*time.Second)
+	recent := s.snapshot(key, now.Add(12*time.Second), 10*time.Second).recent
+	if fmt.Sprint(recent) != fmt.Sprint([]scaling.PoolPoint{{At: now.Add(2 * time.Second), Replicas: 4}, {At: now.Add(12 * time.Second), Replicas: 3}}) {
+		t.Errorf("recent %v, want 4 at +2s and 3 at +12s", recent)
+	}
+}
+
+func TestPoolStatsBounded(t *testing.T) {
+	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
+	var s poolStats
+	for i := range maxPoolClaims + 10 {
+		s.claimed("default/echo", types.UID(fmt.Sprint(i)), now.Add(-time.Hour)) // old: trimmed to make room
+	}
+	for i := range maxPoolClaims + 10 {
+		s.claimed("default/echo", types.UID(fmt.Sprint("new", i)), now)
+	}
+	if n := len(s.pools["default/echo"].claims); n != maxPoolClaims {
+		t.Errorf("%d claims kept, want the bound %d", n, maxPoolClaims)
+	}
+}
+
+func TestPoolPolicyOf(t *testing.T) {
+	d := func(ann map[string]string) *appsv1.Deployment {
+		dep := poolDeploy("echo")
+		dep.Annotations = ann
+		return dep
+	}
+	for _, tc := range []struct {
+		name string
+		ann  map[string]string
+		want poolPolicy
+		err  []string
+	}{
+		{"defaults", nil, poolPolicy{min: defaultPoolMin, max: defaultPoolMax, headroom: scaling.DefaultPoolHeadroom, window: scaling.DefaultPoolWindow}, nil},
+		{"all set", map[string]string{annPoolMin: "3", annPoolMax: "30", annPoolHeadroom: "2", annPoolWindow: "10s"},
+			poolPolicy{min: 3, max: 30, headroom: 2, window: 10 * time.Second}, nil},
+		{"zero minimum", map[string]string{annPoolMin: "0"}, poolPolicy{min: 0, max: defaultPoolMax, headroom: 1, window: scaling.DefaultPoolWindow}, nil},
+		{"every problem at once", map[string]string{annPoolMin: "-1", annPoolMax: "x", annPoolHeadroom: "5000", annPoolWindow: "1h"}, poolPolicy{},
+			[]string{annPoolMin + ` "-1"`, annPoolMax + ` "x"`, annPoolHeadroom + ` "5000"`, annPoolWindow + ` "1h"`}},
+		{"max below min", map[string]string{annPoolMin: "5", annPoolMax: "4"}, poolPolicy{}, []string{"pool-max 4 is below skipper.dev/pool-min 5"}},
+		{"a window too short", map[string]string{annPoolWindow: "10ms"}, poolPolicy{}, []string{annPoolWindow}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := poolPolicyOf(d(tc.ann))
+			if len(tc.err) == 0 {
+				if err != nil || got != tc.want {
+					t.Errorf("poolPolicyOf = %+v, %v; want %+v", got, err, tc.want)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.err)
+			}
+			for _, w := range tc.err {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// scalePatches records the replicas the controller patched pool
+// Deployments' scale subresource to.
+type scalePatches struct {
+	mu  sync.Mutex
+	got []int32
+	on  []string
+}
+
+func (s *scalePatches) react(action k8stesting.Action) (bool, runtime.Object, error) {
+	pa := action.(k8stesting.PatchAction)
+	if pa.GetSubresource() != "scale" {
+		return false, nil, nil
+	}
+	var body struct {
+		Spec struct {
+			Replicas int32 `json:"replicas"`
+		} `json:"spec"`
+	}
+	if err := json.Unmarshal(pa.GetPatch(), &body); err != nil {
+		return true, nil, err
+	}
+	s.mu.Lock()
+	s.got = append(s.got, body.Spec.Replicas)
+	s.on = append(s.on, pa.GetName())
+	s.mu.Unlock()
+	return true, nil, nil
+}
+
+func (s *scalePatches) reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got, s.on = nil, nil
+}
+
+func (s *scalePatches) names() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.on...)
+}
+
+func (s *scalePatches) all() []int32 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int32(nil), s.got...)
+}
+
+func TestSyncPoolScales(t *testing.T) {
+	e := newTestEnv(t)
+	var patches scalePatches
+	e.core.PrependReactor("patch", "deployments", patches.react)
+	auto := poolDeploy("echo")
+	auto.Annotations = map[string]string{v1alpha1.AnnotationAutoscale: "true", annPoolMin: "2", annPoolMax: "8", annPoolWindow: "5s"}
+	auto.Spec.Replicas = ptr(int32(2))
+	manual := poolDeploy("manual") // not opted in: never scaled
+	bad := poolDeploy("bad")
+	bad.Annotations = map[string]string{v1alpha1.AnnotationAutoscale: "true", annPoolMax: "none"}
+	e.add(auto, manual, bad, poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("m1", "manual"))
+	c := startController(t, e, nil)
+
+	// At its minimum with no claims: nothing written.
+	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
+		t.Fatal(err)
+	}
+	if got := patches.all(); len(got) != 0 {
+		t.Fatalf("patched %v with no claims", got)
+	}
+	// Five claims in half a second: 5/s × the default ready time 1s + 1.
+	now := time.Now()
+	for i := range 5 {
+		c.pools.claimed("default/echo", types.UID(fmt.Sprint("c", i)), now.Add(-time.Duration(i)*100*time.Millisecond))
+		c.pools.claimed("default/manual", types.UID(fmt.Sprint("c", i)), now)
+	}
+	for _, k := range []string{"default/echo", "default/manual", "default/bad"} {
+		if err := c.syncPool(t.Context(), k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The queue's worker may decide too (the fake keeps replicas at 2):
+	// every patch is the same.
+	if got := patches.all(); len(got) == 0 || slices.ContainsFunc(got, func(n int32) bool { return n != 6 }) {
+		t.Fatalf("patched %v, want 6s", got)
+	}
+	if got := patches.names(); slices.ContainsFunc(got, func(n string) bool { return n != "echo" }) {
+		t.Fatalf("patched %v, want the autoscaled pool only", got)
+	}
+	eventually(t, "an Event says why", func() bool {
+		evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+		var scaled, invalid bool
+		for _, ev := range evs.Items {
+			scaled = scaled || ev.Reason == "PoolScaled" && ev.InvolvedObject.Name == "echo" && strings.Contains(ev.Message, "replicas 2 → 6")
+			invalid = invalid || ev.Reason == "InvalidPoolAutoscale" && ev.InvolvedObject.Name == "bad"
+		}
+		return scaled && invalid
+	})
+}
+
+func TestSyncPoolHoldsForUnrecordedClaims(t *testing.T) {
+	e := newTestEnv(t)
+	var patches scalePatches
+	e.core.PrependReactor("patch", "deployments", patches.react)
+	auto := poolDeploy("echo")
+	auto.Annotations = map[string]string{v1alpha1.AnnotationAutoscale: "true", annPoolMin: "1"}
+	auto.Spec.Replicas = ptr(int32(4))
+	e.add(auto, poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo", notReady))
+	c := startController(t, e, nil)
+	// p1's instance accepted a claim whose record has not landed: the
+	// ReplicaSet still counts p1, so 4 → at least ready (p2) + unrecorded
+	// (p1). The queue's worker may have decided already (the fake keeps
+	// replicas at 4): only what follows counts.
+	fn := e.fnFor("hello", "echo")
+	c.mu.Lock()
+	c.assumed[fn.Key()] = []assumedPod{{pod: claimedCopy(e.pod("p1"), fn, claimInfo{At: time.Now()}), at: time.Now()}}
+	c.mu.Unlock()
+	patches.reset()
+	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
+		t.Fatal(err)
+	}
+	// p1 counts as ready and unrecorded both (the informer shows it warm):
+	// 2 ready + 1 unrecorded = 3.
+	if got := patches.all(); len(got) == 0 || slices.ContainsFunc(got, func(n int32) bool { return n != 3 }) {
+		t.Fatalf("patched %v, want 3s: no lower while a claim is unrecorded", got)
+	}
+	c.mu.Lock()
+	delete(c.assumed, fn.Key())
+	c.mu.Unlock()
+	c.pools.mu.Lock()
+	c.pools.pools["default/echo"].recent = nil // the demand it held is scaling's test
+	c.pools.mu.Unlock()
+	patches.reset()
+	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
+		t.Fatal(err)
+	}
+	if got := patches.all(); len(got) == 0 || got[len(got)-1] != 1 {
+		t.Fatalf("patched %v, want 1 last: down to the minimum once recorded", got)
+	}
+}
