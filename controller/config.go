@@ -96,6 +96,22 @@ type Config struct {
 	KubeAPIBurst int
 	// LogLevel is debug, info, warn or error.
 	LogLevel string
+	// Auth is how gRPC callers are authenticated: "tokenreview" (a
+	// projected ServiceAccount token, audience skipper, reviewed by the API
+	// server) or "none" (every caller trusted).
+	Auth string
+	// RouterServiceAccount is the DaemonSet routers' ServiceAccount
+	// (namespace/name); empty: <PodNamespace>/skipper-noderouter.
+	RouterServiceAccount string
+	// ControllerServiceAccount is the replicas' own ServiceAccount, the only
+	// one that may forward requests and read GetState; empty:
+	// <PodNamespace>/skipper-controller.
+	ControllerServiceAccount string
+	// DebugGroup, when set, may also call GetState.
+	DebugGroup string
+	// TokenFile is this replica's own projected token (audience skipper),
+	// sent on requests it forwards to the owner; empty sends none.
+	TokenFile string
 }
 
 // DefaultConfig returns the defaults every flag starts from.
@@ -120,6 +136,8 @@ func DefaultConfig() Config {
 		KubeAPIQPS:             50,
 		KubeAPIBurst:           100,
 		LogLevel:               "info",
+		Auth:                   authTokenReview,
+		TokenFile:              "/var/run/secrets/skipper/token",
 
 		// What one router may ask of a replica. 20 claims a second (40 at
 		// once) is far above what a router's cold starts need (one claim
@@ -195,6 +213,11 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.Float64Var(&c.KubeAPIQPS, "kube-api-qps", c.KubeAPIQPS, "sustained `rate` of requests to the Kubernetes API")
 	fs.IntVar(&c.KubeAPIBurst, "kube-api-burst", c.KubeAPIBurst, "burst `count` of requests to the Kubernetes API")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "`level` of logs written to stderr: debug, info, warn or error")
+	fs.StringVar(&c.Auth, "auth", c.Auth, "how gRPC callers are authenticated: `mode` tokenreview (a projected ServiceAccount token, audience skipper, in metadata authorization: Bearer, reviewed by the API server; docs/security.md) or none (every caller trusted; only where the port is private)")
+	fs.StringVar(&c.RouterServiceAccount, "router-service-account", "", "`namespace/name` of the DaemonSet routers' ServiceAccount; empty: <pod-namespace>/skipper-noderouter")
+	fs.StringVar(&c.ControllerServiceAccount, "controller-service-account", "", "`namespace/name` of the replicas' own ServiceAccount, the only one that may forward requests and call GetState; empty: <pod-namespace>/skipper-controller")
+	fs.StringVar(&c.DebugGroup, "debug-group", "", "`group` whose members may also call GetState; empty: none")
+	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "`file` of this replica's projected ServiceAccount token (audience skipper), sent when it forwards a request to the owner; empty: none")
 
 	// Env fallbacks are applied as if given first on the command line, so the
 	// command line wins and every value goes through the flag's own parser.
@@ -362,7 +385,26 @@ func (c Config) Validate() error {
 	if _, err := parseLevel(c.LogLevel); err != nil {
 		add("--log-level: %v", err)
 	}
+	if c.Auth != authTokenReview && c.Auth != authNone {
+		add("--auth %q: want %s or %s", c.Auth, authTokenReview, authNone)
+	}
+	for _, sa := range []struct{ flag, v string }{
+		{"--router-service-account", c.RouterServiceAccount}, {"--controller-service-account", c.ControllerServiceAccount},
+	} {
+		if _, err := c.serviceAccount(sa.v, ""); sa.v != "" && err != nil {
+			add("%s %v", sa.flag, err)
+		}
+	}
 	return errors.Join(errs...)
+}
+
+// serviceAccount parses v ("namespace/name"), or gives
+// <PodNamespace>/<def> when v is empty.
+func (c Config) serviceAccount(v, def string) (saRef, error) {
+	if v == "" {
+		return saRef{c.PodNamespace, def}, nil
+	}
+	return parseSARef(v)
 }
 
 // minRecvMsgSize is the smallest --grpc-max-recv-msg-size accepted: below

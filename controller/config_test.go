@@ -124,6 +124,9 @@ func TestParseConfigErrors(t *testing.T) {
 func validConfig() Config {
 	c := DefaultConfig()
 	c.PodName, c.PodNamespace, c.PodIP = "ctl-0", "skipper-system", "198.18.1.5"
+	// Tests that are not about authentication call without tokens; those
+	// that are (authz_test.go) set tokenreview.
+	c.Auth, c.TokenFile = authNone, ""
 	return c
 }
 
@@ -133,6 +136,9 @@ func TestValidate(t *testing.T) {
 		modify func(*Config)
 		want   []string // substrings of the joined error, all required; none means valid
 	}{
+		{name: "auth modes and service accounts", modify: func(c *Config) {
+			c.Auth, c.RouterServiceAccount, c.ControllerServiceAccount = "mtls", "nobody", "a/b/c"
+		}, want: []string{`--auth "mtls"`, `--router-service-account "nobody"`, `--controller-service-account "a/b/c"`}},
 		{name: "valid", modify: func(*Config) {}},
 		{name: "advertise address instead of pod IP", modify: func(c *Config) { c.PodIP, c.AdvertiseAddress = "", "198.18.1.5:9090" }},
 		{

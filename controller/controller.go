@@ -159,7 +159,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		pubPEM:  pub,
 		metrics: m,
 		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
-		fwd:     newForwarder(),
+		fwd:     newForwarder(cfg.TokenFile),
 		hub:     newHub(),
 		nsQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "namespaces"}),

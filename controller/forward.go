@@ -7,20 +7,31 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
 // forwarder sends GetInstance to the owning replica, one client connection
 // per owner address, kept until shutdown.
 type forwarder struct {
+	creds *trust.TokenFile // this replica's own token; nil: none
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
 
-func newForwarder() *forwarder { return &forwarder{conns: map[string]*grpc.ClientConn{}} }
+// newForwarder sends the token in tokenFile ("": none) on every forward.
+func newForwarder(tokenFile string) *forwarder {
+	f := &forwarder{conns: map[string]*grpc.ClientConn{}}
+	if tokenFile != "" {
+		f.creds = trust.NewTokenFile(tokenFile)
+	}
+	return f
+}
 
 func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	f.mu.Lock()
@@ -28,8 +39,11 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := f.conns[addr]; ok {
 		return cc, nil
 	}
-	// TODO(auth): forward the caller's bearer token once routers send one.
-	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if f.creds != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(f.creds))
+	}
+	cc, err := grpc.NewClient("passthrough:///"+addr, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -62,6 +76,11 @@ func forward[T any](ctx context.Context, f *forwarder, owner string, timeout tim
 	if err != nil {
 		var zero T
 		return zero, withReason(ErrForward, "forward to owner %s: %v", owner, err)
+	}
+	// The owner decides on the original caller: pass its token on.
+	if ctx, err = callerToken(ctx); err != nil {
+		var zero T
+		return zero, status.Errorf(codes.Unauthenticated, "forward to owner %s: %v", owner, err)
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc

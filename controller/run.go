@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
+	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -130,12 +132,22 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	}()
 
 	closing := make(chan struct{})
-	grpcSrv := grpc.NewServer(grpcServerOptions(cfg)...)
+	opts := grpcServerOptions(cfg)
+	az := newAuthz(cfg, cl.core)
+	if az != nil {
+		skip := func(m string) bool { return strings.HasPrefix(m, healthMethod) } // probes carry no token
+		opts = append(opts, grpc.ChainUnaryInterceptor(az.auth.UnaryInterceptor(skip)), grpc.ChainStreamInterceptor(az.auth.StreamInterceptor(skip)))
+		log.Info("gRPC callers authenticated by TokenReview", "audience", trust.Audience, "routers", az.router.String(),
+			"controllers", az.controller.String(), "debug_group", cfg.DebugGroup)
+	} else {
+		log.Warn("--auth none: every gRPC caller is trusted; any pod that reaches the gRPC port can act as any router")
+	}
+	grpcSrv := grpc.NewServer(opts...)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	hs.SetServingStatus(skipperv1.Controller_ServiceDesc.ServiceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	healthpb.RegisterHealthServer(grpcSrv, hs)
-	skipperv1.RegisterControllerServer(grpcSrv, &server{c: c, closing: closing,
+	skipperv1.RegisterControllerServer(grpcSrv, &server{c: c, closing: closing, authz: az,
 		limits: newClaimLimiter(cfg.ClaimRatePerRouter, cfg.ClaimBurstPerRouter)})
 	var grpcWG sync.WaitGroup
 	grpcErr := make(chan error, 1)

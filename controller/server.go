@@ -35,6 +35,8 @@ type server struct {
 	// limits bounds the claims each router's GetInstance calls start; nil
 	// means no limit.
 	limits *claimLimiter
+	// authz decides what the authenticated caller may do; nil: --auth none.
+	authz *authz
 }
 
 var _ skipperv1.ControllerServer = (*server)(nil)
@@ -47,6 +49,9 @@ func (s *server) GetInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	result := resultError
 	v := checkGetInstance(req)
 	err := v.err("GetInstance")
+	if err == nil {
+		err = s.authz.asRouter(ctx, req.GetRouter(), req.GetForwarded())
+	}
 	if err == nil {
 		resp, result, err = s.getInstance(ctx, req)
 	}
@@ -203,6 +208,9 @@ func (s *server) ReleaseInstance(ctx context.Context, req *skipperv1.ReleaseInst
 	var resp *skipperv1.ReleaseInstanceResponse
 	err := v.err("ReleaseInstance")
 	if err == nil {
+		err = s.authz.asRouter(ctx, req.GetRouter(), req.GetForwarded())
+	}
+	if err == nil {
 		resp, err = s.releaseInstance(ctx, req)
 	}
 	if err != nil {
@@ -271,7 +279,11 @@ func (s *server) releaseInstance(ctx context.Context, req *skipperv1.ReleaseInst
 
 // GetState implements skipper.v1.Controller: this replica's ring, routers
 // and the functions it holds state for.
-func (s *server) GetState(_ context.Context, req *skipperv1.GetStateRequest) (*skipperv1.GetStateResponse, error) {
+func (s *server) GetState(ctx context.Context, req *skipperv1.GetStateRequest) (*skipperv1.GetStateResponse, error) {
+	if err := s.authz.state(ctx); err != nil {
+		s.c.log.Info("GetState refused", "err", err)
+		return nil, err
+	}
 	c := s.c
 	epoch, members := c.ringView()
 	resp := &skipperv1.GetStateResponse{
@@ -325,6 +337,10 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 	c.metrics.countViolations(hv)
 	if err != nil {
 		return grpcError(err)
+	}
+	if err := s.authz.asRouter(stream.Context(), hello.GetRouter(), false); err != nil {
+		c.log.Info("Connect refused", "router", hello.GetRouter().GetPod(), "node", hello.GetRouter().GetNode(), "err", err)
+		return err
 	}
 	rs, err := c.hub.register(hello.GetRouter())
 	if err != nil {

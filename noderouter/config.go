@@ -46,6 +46,11 @@ type Config struct {
 	// ControllerAddresses, when set, is a static member list (ip:port) that
 	// replaces the EndpointSlice informer.
 	ControllerAddresses []string
+	// TokenFile is the projected ServiceAccount token (audience skipper)
+	// sent to controllers as authorization: Bearer; re-read as the kubelet
+	// renews it. A path that does not exist at start sends no token
+	// (controllers with --auth tokenreview refuse such calls); empty: none.
+	TokenFile string
 	// Kubeconfig is a kubeconfig path; empty means in-cluster config.
 	Kubeconfig string
 
@@ -185,6 +190,7 @@ func DefaultConfig() Config {
 		ControllerService:   "skipper-controller",
 		ControllerNamespace: "skipper-system",
 		ControllerPortName:  "grpc",
+		TokenFile:           "/var/run/secrets/skipper/token",
 		ColdStartTimeout:    10 * time.Second,
 		NegativeCacheTTL:    time.Second,
 		NegativeCacheSize:   10000,

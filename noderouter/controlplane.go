@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/controller/trust"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -34,6 +36,8 @@ type controlPlane struct {
 	id       *pb.RouterIdentity
 	// usage holds the local instances' cgroup figures (nil: not read).
 	usage *usageSampler
+	// creds is the router's token for every call; nil: none.
+	creds *trust.TokenFile
 	// dialer, when set before the first dial, dials controllers (the router
 	// marks its sockets so BPF steering skips them); nil: gRPC's default.
 	dialer *net.Dialer
@@ -63,7 +67,16 @@ var _ resolver = (*controlPlane)(nil)
 
 func newControlPlane(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, negative *route.Negative, id *pb.RouterIdentity) *controlPlane {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &controlPlane{cfg: cfg, log: log, m: m, cache: cache, negative: negative, id: id, ctx: ctx, cancel: cancel, ctrls: map[string]*controller{}}
+	cp := &controlPlane{cfg: cfg, log: log, m: m, cache: cache, negative: negative, id: id, ctx: ctx, cancel: cancel, ctrls: map[string]*controller{}}
+	if cfg.TokenFile != "" {
+		if _, err := os.Stat(cfg.TokenFile); err != nil {
+			log.Warn("no token file: calls to the controllers carry no token, and controllers that authenticate callers refuse them",
+				"token_file", cfg.TokenFile, "err", err)
+		} else {
+			cp.creds = trust.NewTokenFile(cfg.TokenFile)
+		}
+	}
+	return cp
 }
 
 // controller is one controller replica: its connection and its stream loop.
@@ -137,10 +150,11 @@ func (cp *controlPlane) controller(addr string) (*controller, error) {
 	if c := cp.ctrls[addr]; c != nil {
 		return c, nil
 	}
-	// Routers will authenticate with a projected ServiceAccount token in
-	// the metadata (see controller.proto); no dial option carries it yet.
 	// passthrough: members are ip:port, never names to resolve.
 	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	if cp.creds != nil {
+		opts = append(opts, grpc.WithPerRPCCredentials(cp.creds)) // authorization: Bearer <projected token>
+	}
 	if cp.dialer != nil {
 		d := cp.dialer
 		opts = append(opts, grpc.WithContextDialer(func(ctx context.Context, a string) (net.Conn, error) {

@@ -57,6 +57,7 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	str(&c.ControllerPortName, "controller-port-name", "EndpointSlice port of the controllers' gRPC server (the first port when none has this name)")
 	fs.Var(listFlag{&c.ControllerAddresses}, "controller-addresses", "static comma-separated controller ip:port list; replaces the EndpointSlice informer (tests without Kubernetes)")
 	envs("controller-addresses")
+	str(&c.TokenFile, "token-file", "projected ServiceAccount token (audience skipper) sent to the controllers as authorization: Bearer, re-read as it is renewed; a path missing at start sends none (controllers with --auth tokenreview then refuse the router); empty: none")
 	str(&c.Kubeconfig, "kubeconfig", "kubeconfig path; empty: in-cluster config", "KUBECONFIG")
 	str(&c.DefaultNamespace, "default-namespace", "namespace of a bare `x-skipper-function: <name>`; empty: <namespace>/<name> required")
 	dur(&c.ColdStartTimeout, "cold-start-timeout", "bound of a cache miss (GetInstance); then 503 with Retry-After")

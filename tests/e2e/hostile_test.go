@@ -17,8 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -299,23 +297,20 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	}
 	before := violations()
 
-	conn, err := grpc.NewClient(net.JoinHostPort(pod.Status.PodIP, "9090"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	stream, err := skipperv1.NewControllerClient(conn).Connect(t.Context())
-	if err != nil {
-		t.Fatalf("connect to the owner %s: %v", owner, err)
-	}
-	// The forger takes node 1's router's name with an incarnation of its
-	// own: a future timestamp applied would make the real router's reports
-	// look older, and be ignored, for good.
+	// The forger takes node 1's router's name, and a token of it (one
+	// stolen, or a router gone wrong: TestHostileCallers covers callers
+	// without one), with an incarnation of its own: a future timestamp
+	// applied would make the real router's reports look older, and be
+	// ignored, for good.
 	routers, err := env.kube.CoreV1().Pods("skipper-system").List(t.Context(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skipper-noderouter"})
 	if err != nil || len(routers.Items) == 0 {
 		t.Fatalf("router pods: %v (%d)", err, len(routers.Items))
 	}
 	real := routers.Items[0]
+	stream, err := controllerClient(t, pod, podToken(t, &real)).Connect(t.Context())
+	if err != nil {
+		t.Fatalf("connect to the owner %s: %v", owner, err)
+	}
 	id := &skipperv1.RouterIdentity{Node: real.Spec.NodeName, Pod: "skipper-system/" + real.Name, Incarnation: "forged-1"}
 	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
 		t.Fatal(err)

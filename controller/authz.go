@@ -1,0 +1,172 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"k8s.io/client-go/kubernetes"
+
+	"skipper.dev/skipper/controller/trust"
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
+)
+
+// Auth modes (--auth).
+const (
+	authTokenReview = "tokenreview"
+	authNone        = "none"
+)
+
+// healthMethod prefixes the gRPC health service's methods: probes call it
+// without a token.
+const healthMethod = "/grpc.health.v1.Health/"
+
+// authz decides what an authenticated caller may do (issue 16): act as the
+// router its token names (the DaemonSet's ServiceAccount, or one granted
+// the sidecar access), forward as a replica, read GetState. nil: --auth
+// none, everyone may do everything.
+type authz struct {
+	auth     *trust.Authenticator
+	sidecars interface {
+		Allowed(context.Context, trust.Identity) (bool, error)
+	}
+	router     saRef // the DaemonSet routers' ServiceAccount
+	controller saRef // the replicas' own
+	debugGroup string
+}
+
+// newAuthz is the policy cfg asks for; nil for --auth none.
+func newAuthz(cfg Config, cs kubernetes.Interface) *authz {
+	if cfg.Auth != authTokenReview {
+		return nil
+	}
+	routerSA, _ := cfg.serviceAccount(cfg.RouterServiceAccount, "skipper-noderouter") // Validate checked both
+	ctlSA, _ := cfg.serviceAccount(cfg.ControllerServiceAccount, "skipper-controller")
+	return &authz{
+		auth:       trust.NewAuthenticator(trust.TokenReviewer{CS: cs}, 0),
+		sidecars:   &trust.SidecarAccess{CS: cs},
+		router:     routerSA,
+		controller: ctlSA,
+		debugGroup: cfg.DebugGroup,
+	}
+}
+
+// saRef is a ServiceAccount as namespace and name.
+type saRef struct{ ns, name string }
+
+func (r saRef) String() string { return r.ns + "/" + r.name }
+
+// parseSARef reads "namespace/name".
+func parseSARef(s string) (saRef, error) {
+	ns, name, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return saRef{}, fmt.Errorf("%q: want namespace/name", s)
+	}
+	return saRef{ns, name}, nil
+}
+
+func (r saRef) is(id trust.Identity) bool { return id.IsServiceAccount(r.ns, r.name) }
+
+// denied is a PermissionDenied status.
+func denied(format string, a ...any) error {
+	return status.Errorf(codes.PermissionDenied, format, a...)
+}
+
+// identity is the caller the interceptor authenticated.
+func identity(ctx context.Context) (trust.Identity, error) {
+	id, ok := trust.FromContext(ctx)
+	if !ok {
+		return trust.Identity{}, status.Error(codes.Unauthenticated, "no authenticated caller")
+	}
+	return id, nil
+}
+
+// routerMatches checks that rid, the router identity a request names, is
+// the pod and node id's token is bound to: a router speaks only for itself.
+func routerMatches(id trust.Identity, rid *skipperv1.RouterIdentity) error {
+	if id.Pod == "" || id.Node == "" {
+		return denied("%s: the token is not bound to a pod on a node (a projected ServiceAccount token is)", id)
+	}
+	if want := id.Namespace + "/" + id.Pod; rid.GetPod() != want {
+		return denied("%s: names router pod %q, but the token is pod %s's", id, rid.GetPod(), want)
+	}
+	if rid.GetNode() != id.Node {
+		return denied("%s: names node %q, but the token's pod runs on node %s", id, rid.GetNode(), id.Node)
+	}
+	return nil
+}
+
+// asRouter checks that the caller of ctx may act as router rid. A forwarded
+// request's caller is the original router, whose token the forwarding
+// replica passed on (trust.HeaderCaller); the forwarder must be a replica.
+func (a *authz) asRouter(ctx context.Context, rid *skipperv1.RouterIdentity, forwarded bool) error {
+	if a == nil {
+		return nil
+	}
+	id, err := identity(ctx)
+	if err != nil {
+		return err
+	}
+	if forwarded {
+		if !a.controller.is(id) {
+			return denied("%s: only controller replicas (%s) forward requests", id, a.controller)
+		}
+		tok, err := trust.BearerToken(ctx, trust.HeaderCaller)
+		if err != nil || tok == "" {
+			return status.Errorf(codes.Unauthenticated, "forwarded request without the caller's token (%s)", trust.HeaderCaller)
+		}
+		if id, err = a.auth.Authenticate(ctx, tok); err != nil {
+			return trust.Status(fmt.Errorf("forwarded caller: %w", err))
+		}
+	}
+	if err := routerMatches(id, rid); err != nil {
+		return err
+	}
+	if a.router.is(id) {
+		return nil
+	}
+	ok, err := a.sidecars.Allowed(ctx, id)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "%s: sidecar router access: %v", id, err)
+	}
+	if !ok {
+		return denied("%s: not a router: only ServiceAccount %s and those granted %q on %s.%s (the skipper-sidecar-router ClusterRole) may call",
+			id, a.router, trust.SidecarVerb, trust.SidecarResource, trust.SidecarGroup)
+	}
+	return nil
+}
+
+// state checks that the caller of ctx may read GetState: a replica, or a
+// member of the debug group.
+func (a *authz) state(ctx context.Context) error {
+	if a == nil {
+		return nil
+	}
+	id, err := identity(ctx)
+	if err != nil {
+		return err
+	}
+	if a.controller.is(id) || (a.debugGroup != "" && id.InGroup(a.debugGroup)) {
+		return nil
+	}
+	if a.debugGroup == "" {
+		return denied("%s: GetState is for controller replicas (%s) only (--debug-group adds a group)", id, a.controller)
+	}
+	return denied("%s: GetState is for controller replicas (%s) and group %q", id, a.controller, a.debugGroup)
+}
+
+// callerToken returns the metadata a replica forwarding ctx's request
+// adds: the original caller's token, for the owner to review.
+func callerToken(ctx context.Context) (context.Context, error) {
+	tok, err := trust.BearerToken(ctx, trust.HeaderAuthorization)
+	if err != nil {
+		return ctx, err
+	}
+	if tok == "" {
+		return ctx, nil // --auth none: nothing to pass on
+	}
+	return metadata.AppendToOutgoingContext(ctx, trust.HeaderCaller, "Bearer "+tok), nil
+}
