@@ -3,12 +3,15 @@ package controller
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 
 	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
@@ -30,6 +33,7 @@ const healthMethod = "/grpc.health.v1.Health/"
 // none, everyone may do everything.
 type authz struct {
 	auth     *trust.Authenticator
+	keys     *trust.KeySet // the API server's signing keys, for tokens it cannot review while away
 	sidecars interface {
 		Allowed(context.Context, trust.Identity) (bool, error)
 	}
@@ -45,13 +49,32 @@ func newAuthz(cfg Config, cs kubernetes.Interface) *authz {
 	}
 	routerSA, _ := cfg.serviceAccount(cfg.RouterServiceAccount, "skipper-noderouter") // Validate checked both
 	ctlSA, _ := cfg.serviceAccount(cfg.ControllerServiceAccount, "skipper-controller")
+	auth := trust.NewAuthenticator(trust.TokenReviewer{CS: cs}, 0)
+	keys := &trust.KeySet{}
+	auth.VerifyLocally(keys)
 	return &authz{
-		auth:       trust.NewAuthenticator(trust.TokenReviewer{CS: cs}, 0),
+		auth:       auth,
+		keys:       keys,
 		sidecars:   &trust.SidecarAccess{CS: cs},
 		router:     routerSA,
 		controller: ctlSA,
 		debugGroup: cfg.DebugGroup,
 	}
+}
+
+// keysRefresh is how often the API server's signing keys are read again.
+const keysRefresh = 10 * time.Minute
+
+// runKeys keeps a.keys current until ctx ends: the API server's
+// service-account issuer and keys, which verify tokens never reviewed
+// while it is unreachable (docs/security.md).
+func (a *authz) runKeys(ctx context.Context, rc rest.Interface, log *slog.Logger) {
+	if rc == nil {
+		return // a fake client in tests
+	}
+	a.keys.Run(ctx, rc, keysRefresh, func(err error) {
+		log.Warn("service-account signing keys not read: tokens never reviewed cannot be verified while the API server is away", "err", err)
+	})
 }
 
 // saRef is a ServiceAccount as namespace and name.

@@ -135,6 +135,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	opts := grpcServerOptions(cfg)
 	az := newAuthz(cfg, cl.core)
 	if az != nil {
+		kctx, stopKeys := context.WithCancel(ctx)
+		var keysWG sync.WaitGroup
+		keysWG.Go(func() { az.runKeys(kctx, cl.core.Discovery().RESTClient(), log) })
+		defer func() { stopKeys(); keysWG.Wait() }()
 		skip := func(m string) bool { return strings.HasPrefix(m, healthMethod) } // probes carry no token
 		opts = append(opts, grpc.ChainUnaryInterceptor(az.auth.UnaryInterceptor(skip)), grpc.ChainStreamInterceptor(az.auth.StreamInterceptor(skip)))
 		log.Info("gRPC callers authenticated by TokenReview", "audience", trust.Audience, "routers", az.router.String(),

@@ -180,3 +180,47 @@ func TestHostileCallers(t *testing.T) {
 		t.Errorf("%s desired %v after the hostile calls, was %v", fn, got, desired)
 	}
 }
+
+// TestTokensThroughAPIServerOutage (issue 16): with kube-apiserver stopped,
+// a router token a replica reviewed before is honoured from the cache, a
+// router token it never saw is verified against the API server's signing
+// keys, and a forged one is still refused.
+func TestTokensThroughAPIServerOutage(t *testing.T) {
+	const fn = "trusted-outage"
+	createFunction(t, fn, map[string]any{"idleTimeout": "5m"})
+	ref := &skipperv1.FunctionRef{Namespace: "default", Name: fn}
+	firstCall(t, "default/"+fn)
+	var owner string
+	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
+		owner, _ = functionStatus(t, fn)["owner"].(string)
+		return owner != ""
+	})
+	ownerPod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := podsOf(t, "skipper-system", "app.kubernetes.io/name=skipper-noderouter")[0]
+	rid := &skipperv1.RouterIdentity{Node: r.Spec.NodeName, Pod: r.Namespace + "/" + r.Name, Incarnation: "outage"}
+	get := func(cl skipperv1.ControllerClient) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		_, err := cl.GetInstance(ctx, &skipperv1.GetInstanceRequest{Function: ref, Router: rid})
+		return err
+	}
+	reviewed := controllerClient(t, ownerPod, podToken(t, &r))
+	if err := get(reviewed); err != nil {
+		t.Fatalf("GetInstance before the outage: %v", err)
+	}
+	unseen := controllerClient(t, ownerPod, podToken(t, &r)) // minted now, first used in the outage
+
+	start := stopAPIServer(t)
+	if err := get(reviewed); err != nil {
+		t.Errorf("GetInstance with a reviewed token, API server down: %v", err)
+	}
+	if err := get(unseen); err != nil {
+		t.Errorf("GetInstance with a token never reviewed, API server down: %v", err)
+	}
+	wantCode(t, "GetInstance with a forged token, API server down", get(controllerClient(t, ownerPod, "forged.token.sig")),
+		codes.Unauthenticated, "")
+	start()
+}
