@@ -182,4 +182,3 @@ func TestAuthenticateVerifiesLocallyWhileTheAPIServerIsAway(t *testing.T) {
 }
 
 func with(c map[string]any, k string, v any) map[string]any { c[k] = v; return c }
-
