@@ -386,7 +386,7 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 	}
 	info.At = time.Now()
 	if key := poolKeyOf(p); key != "" {
-		c.pools.claimed(key, p.UID, info.At)
+		c.pools.claimed(key, p.UID, info.At, info.At)
 		c.poolQueue.Add(key)
 	}
 	c.startRecord(p, fn, info)

@@ -218,7 +218,7 @@ func (c *controller) addHandlers() {
 		}))
 		_, _ = s.pods.AddEventHandler(cache.ResourceEventHandlerDetailedFuncs{
 			AddFunc:    func(obj any, initial bool) { c.poolPodEvent(obj, !initial, false) },
-			UpdateFunc: func(_, obj any) { c.poolPodEvent(obj, false, false) },
+			UpdateFunc: func(_, obj any) { c.poolPodEvent(obj, true, false) },
 			DeleteFunc: func(obj any) { c.poolPodEvent(tombstone(obj), false, true) },
 		})
 	}

@@ -78,6 +78,11 @@ func poolPolicyOf(d *appsv1.Deployment) (poolPolicy, error) {
 	if p.max < p.min {
 		errs = append(errs, fmt.Errorf("%s %d is below %s %d", annPoolMax, p.max, annPoolMin, p.min))
 	}
+	if p.min == 0 && p.headroom == 0 {
+		// Nothing would ever be ready, and claims that wait are not
+		// claims: the pool could never grow again.
+		errs = append(errs, fmt.Errorf("%s 0 with %s 0 leaves the pool empty for good", annPoolMin, annPoolHeadroom))
+	}
 	return p, errors.Join(errs...)
 }
 
@@ -95,17 +100,29 @@ func poolKeyOf(obj metav1.Object) string {
 // window, its pods' measured time to ready, its ready and unrecorded pods.
 func (c *controller) syncPool(ctx context.Context, key string) error {
 	ns, pool, ok := splitKey(key)
-	if !ok || !c.owns(key) {
+	if !ok {
+		return nil
+	}
+	c.mu.Lock()
+	synced := c.ringSynced
+	c.mu.Unlock()
+	if !synced {
+		return nil // the ring's first sync queues every pool again
+	}
+	if !c.owns(key) {
+		c.pools.disowned(key)
+		c.metrics.poolTarget.DeleteLabelValues(key)
 		return nil
 	}
 	var deps []*appsv1.Deployment
 	for _, d := range c.cache.poolDeployments(ns, pool) {
-		if autoscaled(d) {
+		if autoscaled(d) && d.DeletionTimestamp == nil {
 			deps = append(deps, d)
 		}
 	}
 	switch {
 	case len(deps) == 0:
+		c.metrics.poolTarget.DeleteLabelValues(key)
 		return nil
 	case len(deps) > 1:
 		for _, d := range deps {
@@ -121,16 +138,18 @@ func (c *controller) syncPool(ctx context.Context, key string) error {
 		return nil // the Deployment's next update brings it back
 	}
 	now := time.Now()
+	cached := int32(1)
+	if d.Spec.Replicas != nil {
+		cached = *d.Spec.Replicas
+	}
+	replicas := c.pools.replicas(key, cached, now)
+	c.pools.owned(key, now, replicas) // a new owner waits a window before it scales down
 	snap := c.pools.snapshot(key, now, pol.window)
 	var ready int32
 	for _, p := range c.cache.poolPods(ns, pool) {
 		if podReady(p) && p.DeletionTimestamp == nil {
 			ready++
 		}
-	}
-	replicas := int32(1)
-	if d.Spec.Replicas != nil {
-		replicas = *d.Spec.Replicas
 	}
 	dec := scaling.DecidePool(scaling.PoolInput{
 		Now: now, Claims: snap.claims, Window: pol.window, ReadyTime: snap.readyTime, Headroom: pol.headroom,
@@ -149,43 +168,51 @@ func (c *controller) syncPool(ctx context.Context, key string) error {
 	if _, err := c.core.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
 		return fmt.Errorf("scale pool %s (Deployment %s) to %d: %w", key, d.Name, dec.Replicas, err)
 	}
-	c.pools.scaled(key, now, int(dec.Replicas)-int(replicas))
+	c.pools.scaled(key, now, replicas, dec.Replicas)
 	shown := snap.readyTime
 	if shown == 0 {
 		shown = scaling.DefaultPoolReadyTime
 	}
 	c.log.Info("pool scaled", "pool", key, "deployment", d.Name, "from", replicas, "to", dec.Replicas,
-		"reason", dec.Reason, "claims", dec.Claims, "rate", dec.Rate, "ready_time", shown, "ready", ready)
-	c.deploymentEvent(d, corev1.EventTypeNormal, "PoolScaled", "replicas %d → %d, %s × ready time %s, headroom %d, within [%d, %d]",
-		replicas, dec.Replicas, dec, shown.Round(time.Millisecond), pol.headroom, pol.min, pol.max)
+		"reason", dec.Reason, "claims", dec.Claims, "rate", dec.Rate, "ready_time", shown, "ready", ready, "demand", dec.Demand)
+	c.deploymentEvent(d, corev1.EventTypeNormal, "PoolScaled", "replicas %d → %d, %s × ready time %s, headroom %d, demand %d, %d ready, within [%d, %d]",
+		replicas, dec.Replicas, dec, shown.Round(time.Millisecond), pol.headroom, dec.Demand, ready, pol.min, pol.max)
 	return nil
 }
 
-// unrecordedIn counts pool ns/pool's pods whose claim this replica made
-// and the informer does not show recorded yet, and those a claim is
-// assigning now: the Deployment's selector still matches them.
+// unrecordedIn counts pool ns/pool's pods that this replica knows hold a
+// function, or may, while the informer does not show them recorded: its
+// claims not yet recorded (assumed), those being assigned (reserved),
+// those whose instance said it holds a function (held) and those whose
+// record it is writing. The Deployment's selector still matches them.
+// Other replicas' unrecorded claims are not seen here (docs/operations.md
+// says what that leaves).
 func (c *controller) unrecordedIn(ns, pool string, now time.Time) int32 {
+	pods := c.cache.poolPods(ns, pool) // unrecorded pods still show here, unlabelled
+	fnPods := map[string][]*corev1.Pod{}
 	c.mu.Lock()
-	var keys []string
 	for k := range c.assumed {
 		if kns, _, _ := splitKey(k); kns == ns {
-			keys = append(keys, k)
+			fnPods[k] = nil
 		}
 	}
 	c.mu.Unlock()
-	seen := map[types.UID]bool{}
-	for _, k := range keys {
+	for k := range fnPods {
 		_, name, _ := splitKey(k)
-		for _, p := range c.assumedPods(k, c.cache.functionPods(ns, name), now) {
+		fnPods[k] = c.cache.functionPods(ns, name)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	seen := map[types.UID]bool{}
+	for k, cached := range fnPods {
+		for _, p := range c.assumedLocked(k, cached, now) {
 			if p.Labels[v1alpha1.LabelPool] == pool {
 				seen[p.UID] = true
 			}
 		}
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, p := range c.cache.poolPods(ns, pool) {
-		if c.reserved[p.UID] {
+	for _, p := range pods {
+		if _, held := c.held[p.UID]; c.reserved[p.UID] || c.recording[p.UID] || held {
 			seen[p.UID] = true
 		}
 	}
@@ -205,8 +232,9 @@ func (c *controller) enqueuePools() {
 }
 
 // poolPodEvent feeds a pool pod's event to the pool statistics and queues
-// its pool. created: the informer saw it appear while watching.
-func (c *controller) poolPodEvent(obj any, created, deleted bool) {
+// its pool. live: the informer saw it while watching (not in its first
+// list).
+func (c *controller) poolPodEvent(obj any, live, deleted bool) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return
@@ -218,7 +246,7 @@ func (c *controller) poolPodEvent(obj any, created, deleted bool) {
 	if deleted {
 		c.pools.forget(key, p.UID)
 	} else {
-		c.pools.observe(p, time.Now(), created)
+		c.pools.observe(p, time.Now(), live)
 	}
 	c.poolQueue.Add(key)
 }

@@ -3,7 +3,6 @@ package controller
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +22,10 @@ func TestPoolStats(t *testing.T) {
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	const key = "default/echo"
-	s.claimed(key, "a", now.Add(-time.Second))
-	s.claimed(key, "a", now) // its record, seen later: counts once
-	s.claimed(key, "old", now.Add(-time.Minute))
+	s.claimed(key, "a", now.Add(-time.Second), now)
+	s.claimed(key, "a", now, now) // its record, seen later: counts once
+	s.claimed(key, "old", now.Add(-time.Minute), now)
+	s.claimed(key, "ancient", now.Add(-time.Hour), now) // older than any window: not kept
 
 	// A claim made by another replica shows as its record.
 	rec := poolPod("b", "echo", claimedBy(testFunction("hello")))
@@ -94,51 +94,113 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 	const key = "default/echo"
 	start := func(name string, born, ready time.Duration) {
 		s.observe(poolPod(name, "echo", notReady), now.Add(born), true)
-		s.observe(poolPod(name, "echo"), now.Add(ready), false)
+		s.observe(poolPod(name, "echo"), now.Add(ready), true)
 	}
-	s.claimed(key, "a", now)                        // its replacement: 2s
-	s.scaled(key, now.Add(500*time.Millisecond), 2) // two more: 2.5s, 2.5s
-	s.claimed(key, "late", now.Add(-time.Second))   // a record seen late: its claim is the oldest, 3s
+	recorded := func(name string, seen time.Duration, live bool) {
+		p := poolPod(name, "echo", claimedBy(testFunction("hello")))
+		p.Annotations = map[string]string{annClaimedAt: now.Add(seen - time.Millisecond).Format(time.RFC3339Nano)}
+		s.observe(p, now.Add(seen), live)
+	}
+	// Claims in the informer's first list ask for nothing: their
+	// replacements started before this replica watched (a restart).
+	for i := range 40 {
+		recorded(fmt.Sprint("before-", i), -time.Duration(i)*time.Minute/5, false)
+	}
+	s.claimed(key, "own", now, now)                    // this replica's own claim: the rate now, the order when its record is seen
+	recorded("own", 0, true)                           // its replacement: 2s
+	s.scaled(key, now.Add(500*time.Millisecond), 3, 5) // two more: 1.5s, 1.5s
+	recorded("other", -time.Second, true)              // another replica's, seen late: the oldest order, 3s
+	recorded("own", time.Second, true)                 // seen again: asks for nothing more
 	for i := range 4 {
 		start(fmt.Sprint("r", i), 1500*time.Millisecond, 2*time.Second)
 	}
 	start("spare", 2*time.Second, 2100*time.Millisecond) // nothing asked for it: seen created → ready
-	s.scaled(key, now.Add(3*time.Second), 3)
-	s.scaled(key, now.Add(4*time.Second), -2) // two of those three are cancelled
+	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 100 * time.Millisecond}
+	if got := s.pools[key].ready; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("pod starts %v, want %v", got, want)
+	}
+	// A scale-down cancels the newest requests; an order older than
+	// maxOrderAge is dropped unmet.
+	s.scaled(key, now.Add(3*time.Second), 5, 8)
+	s.scaled(key, now.Add(4*time.Second), 8, 6)
 	if n := len(s.pools[key].orders); n != 1 {
 		t.Errorf("%d pods asked for, want 1", n)
 	}
 	if up := s.snapshot(key, now, time.Minute).lastUp; !up.Equal(now.Add(3 * time.Second)) {
 		t.Errorf("last scale-up at %s, want +3s", up)
 	}
-	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 100 * time.Millisecond}
-	got := s.pools[key].ready
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("pod starts %v, want %v", got, want)
+	start("late", maxOrderAge+5*time.Second, maxOrderAge+6*time.Second)
+	if got := s.pools[key].ready; got[len(got)-1] != time.Second {
+		t.Errorf("a start after the order expired timed %s, want 1s from its creation", got[len(got)-1])
 	}
-	// A decision's demand is kept for the window; the same demand again
-	// moves its time.
+	// A pod made long ago and first seen now is not a start.
+	old := poolPod("old", "echo", notReady)
+	old.CreationTimestamp = metav1.NewTime(now.Add(-time.Hour))
+	s.observe(old, now, true)
+	if _, ok := s.pools[key].born[old.UID]; ok {
+		t.Error("a pod created an hour ago is timed as a start")
+	}
+
+	// The replicas this replica wrote are taken over the cache's older
+	// view for writtenTrust.
+	if got := s.replicas(key, 8, now.Add(5*time.Second)); got != 6 {
+		t.Errorf("replicas %d just after writing 6, the cache showing 8", got)
+	}
+	if got := s.replicas(key, 8, now.Add(4*time.Second+writtenTrust+time.Millisecond)); got != 8 {
+		t.Errorf("replicas %d after writtenTrust, want the cache's 8", got)
+	}
+
+	// A decision's demand is kept for the window, and only while no later
+	// one is as high.
 	s.decided(key, now, 9, 10*time.Second)
-	s.decided(key, now.Add(time.Second), 9, 10*time.Second)
-	s.decided(key, now.Add(2*time.Second), 4, 10*time.Second)
-	s.decided(key, now.Add(12*time.Second), 3, 10*time.Second)
-	recent := s.snapshot(key, now.Add(12*time.Second), 10*time.Second).recent
-	if fmt.Sprint(recent) != fmt.Sprint([]scaling.PoolPoint{{At: now.Add(2 * time.Second), Replicas: 4}, {At: now.Add(12 * time.Second), Replicas: 3}}) {
-		t.Errorf("recent %v, want 4 at +2s and 3 at +12s", recent)
+	s.decided(key, now.Add(time.Second), 4, 10*time.Second)
+	s.decided(key, now.Add(2*time.Second), 9, 10*time.Second)
+	s.decided(key, now.Add(3*time.Second), 5, 10*time.Second)
+	s.decided(key, now.Add(13*time.Second), 3, 10*time.Second)
+	recent := s.snapshot(key, now.Add(13*time.Second), 10*time.Second).recent
+	if fmt.Sprint(recent) != fmt.Sprint([]scaling.PoolPoint{{At: now.Add(3 * time.Second), Replicas: 5}, {At: now.Add(13 * time.Second), Replicas: 3}}) {
+		t.Errorf("recent %v, want 5 at +3s and 3 at +13s", recent)
+	}
+	for i := range 5000 {
+		s.decided(key, now.Add(time.Duration(i)*time.Millisecond), int32(5+i%2), time.Minute)
+	}
+	if n := len(s.pools[key].recent); n > 2 {
+		t.Errorf("%d decisions kept of a demand alternating 5 and 6, want at most 2", n)
+	}
+
+	// A new owner holds what it found for a window; ownership lost
+	// forgets that.
+	if since := s.owned(key, now, 12); !since.Equal(now) {
+		t.Errorf("owned since %s", since)
+	}
+	if since := s.owned(key, now.Add(time.Second), 3); !since.Equal(now) {
+		t.Errorf("owned since %s, want the first time", since)
+	}
+	recent = s.snapshot(key, now, time.Minute).recent
+	if last := recent[len(recent)-1]; last.Replicas != 12 {
+		t.Errorf("a new owner keeps %v, want the 12 it found", last)
+	}
+	s.disowned(key)
+	if r := s.pools[key]; !r.ownedSince.IsZero() || r.recent != nil {
+		t.Errorf("disowned still holds %v since %s", r.recent, r.ownedSince)
 	}
 }
 
 func TestPoolStatsBounded(t *testing.T) {
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
-	for i := range maxPoolClaims + 10 {
-		s.claimed("default/echo", types.UID(fmt.Sprint(i)), now.Add(-time.Hour)) // old: trimmed to make room
+	// Sustained, 50 claims a second: at the bound the oldest go, and the
+	// window's claims keep counting.
+	for i := range 600 * 50 {
+		at := now.Add(time.Duration(i) * 20 * time.Millisecond)
+		s.claimed("default/echo", types.UID(fmt.Sprint(i)), at, at)
 	}
-	for i := range maxPoolClaims + 10 {
-		s.claimed("default/echo", types.UID(fmt.Sprint("new", i)), now)
+	end := now.Add(600 * time.Second)
+	if n := len(s.pools["default/echo"].claims); n > maxPoolClaims {
+		t.Errorf("%d claims kept, over the bound %d", n, maxPoolClaims)
 	}
-	if n := len(s.pools["default/echo"].claims); n != maxPoolClaims {
-		t.Errorf("%d claims kept, want the bound %d", n, maxPoolClaims)
+	if n := len(s.snapshot("default/echo", end, 30*time.Second).claims); n < 1400 {
+		t.Errorf("%d claims in the last 30s at 50/s, want about 1500", n)
 	}
 }
 
@@ -229,6 +291,17 @@ func (s *scalePatches) all() []int32 {
 	return append([]int32(nil), s.got...)
 }
 
+// poolController is a controller whose pool worker is stopped (waiting
+// for what it was deciding), so only the test's own syncPool calls decide,
+// and whose ring has synced (empty: it owns every pool).
+func poolController(t *testing.T, e *testEnv) *controller {
+	t.Helper()
+	c := startController(t, e, nil)
+	c.poolQueue.ShutDownWithDrain()
+	c.syncRing()
+	return c
+}
+
 func TestSyncPoolScales(t *testing.T) {
 	e := newTestEnv(t)
 	var patches scalePatches
@@ -240,7 +313,7 @@ func TestSyncPoolScales(t *testing.T) {
 	bad := poolDeploy("bad")
 	bad.Annotations = map[string]string{v1alpha1.AnnotationAutoscale: "true", annPoolMax: "none"}
 	e.add(auto, manual, bad, poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("m1", "manual"))
-	c := startController(t, e, nil)
+	c := poolController(t, e)
 
 	// At its minimum with no claims: nothing written.
 	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
@@ -252,21 +325,16 @@ func TestSyncPoolScales(t *testing.T) {
 	// Five claims in half a second: 5/s × the default ready time 1s + 1.
 	now := time.Now()
 	for i := range 5 {
-		c.pools.claimed("default/echo", types.UID(fmt.Sprint("c", i)), now.Add(-time.Duration(i)*100*time.Millisecond))
-		c.pools.claimed("default/manual", types.UID(fmt.Sprint("c", i)), now)
+		c.pools.claimed("default/echo", types.UID(fmt.Sprint("c", i)), now.Add(-time.Duration(i)*100*time.Millisecond), now)
+		c.pools.claimed("default/manual", types.UID(fmt.Sprint("c", i)), now, now)
 	}
 	for _, k := range []string{"default/echo", "default/manual", "default/bad"} {
 		if err := c.syncPool(t.Context(), k); err != nil {
 			t.Fatal(err)
 		}
 	}
-	// The queue's worker may decide too (the fake keeps replicas at 2):
-	// every patch is the same.
-	if got := patches.all(); len(got) == 0 || slices.ContainsFunc(got, func(n int32) bool { return n != 6 }) {
-		t.Fatalf("patched %v, want 6s", got)
-	}
-	if got := patches.names(); slices.ContainsFunc(got, func(n string) bool { return n != "echo" }) {
-		t.Fatalf("patched %v, want the autoscaled pool only", got)
+	if got, on := patches.all(), patches.names(); len(got) != 1 || got[0] != 6 || on[0] != "echo" {
+		t.Fatalf("patched %v on %v, want 6 on the autoscaled pool only", got, on)
 	}
 	eventually(t, "an Event says why", func() bool {
 		evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
@@ -287,35 +355,61 @@ func TestSyncPoolHoldsForUnrecordedClaims(t *testing.T) {
 	auto.Annotations = map[string]string{v1alpha1.AnnotationAutoscale: "true", annPoolMin: "1"}
 	auto.Spec.Replicas = ptr(int32(4))
 	e.add(auto, poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo", notReady))
-	c := startController(t, e, nil)
+	c := poolController(t, e)
+	forgetHeld := func() { // what a new owner found is tested in TestPoolStats...
+		c.pools.mu.Lock()
+		c.pools.pools["default/echo"].recent = nil
+		c.pools.mu.Unlock()
+	}
+	// A new owner waits a window before it scales down.
+	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
+		t.Fatal(err)
+	}
+	if got := patches.all(); len(got) != 0 {
+		t.Fatalf("a new owner patched %v at once", got)
+	}
+	forgetHeld()
 	// p1's instance accepted a claim whose record has not landed: the
-	// ReplicaSet still counts p1, so 4 → at least ready (p2) + unrecorded
-	// (p1). The queue's worker may have decided already (the fake keeps
-	// replicas at 4): only what follows counts.
+	// ReplicaSet still counts p1, so 4 → at least ready (p1, p2, as the
+	// informer shows them) + unrecorded (p1), within the replicas: 3.
 	fn := e.fnFor("hello", "echo")
 	c.mu.Lock()
 	c.assumed[fn.Key()] = []assumedPod{{pod: claimedCopy(e.pod("p1"), fn, claimInfo{At: time.Now()}), at: time.Now()}}
 	c.mu.Unlock()
-	patches.reset()
 	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
 		t.Fatal(err)
 	}
-	// p1 counts as ready and unrecorded both (the informer shows it warm):
-	// 2 ready + 1 unrecorded = 3.
-	if got := patches.all(); len(got) == 0 || slices.ContainsFunc(got, func(n int32) bool { return n != 3 }) {
-		t.Fatalf("patched %v, want 3s: no lower while a claim is unrecorded", got)
+	if got := patches.all(); len(got) != 1 || got[0] != 3 {
+		t.Fatalf("patched %v, want [3]: no lower while a claim is unrecorded", got)
+	}
+	// Held, being recorded, or being assigned count the same.
+	for _, mark := range []func(bool){
+		func(on bool) {
+			c.held[e.pod("p2").UID] = time.Now().Add(time.Minute)
+			c.assumed = map[string][]assumedPod{}
+			_ = on
+		},
+		func(on bool) { c.recording[e.pod("p2").UID] = on; c.held = map[types.UID]time.Time{} },
+		func(on bool) { c.reserved[e.pod("p2").UID] = on; c.recording = map[types.UID]bool{} },
+	} {
+		c.mu.Lock()
+		mark(true)
+		c.mu.Unlock()
+		if n := c.unrecordedIn("default", "echo", time.Now()); n != 1 {
+			t.Errorf("unrecorded %d, want 1", n)
+		}
 	}
 	c.mu.Lock()
-	delete(c.assumed, fn.Key())
+	c.reserved = map[types.UID]bool{}
 	c.mu.Unlock()
-	c.pools.mu.Lock()
-	c.pools.pools["default/echo"].recent = nil // the demand it held is scaling's test
-	c.pools.mu.Unlock()
+	forgetHeld()
 	patches.reset()
+	// The fake keeps the Deployment at 4; this replica wrote 3 a moment
+	// ago, and takes that over the cache.
 	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
 		t.Fatal(err)
 	}
-	if got := patches.all(); len(got) == 0 || got[len(got)-1] != 1 {
-		t.Fatalf("patched %v, want 1 last: down to the minimum once recorded", got)
+	if got := patches.all(); len(got) != 1 || got[0] != 1 {
+		t.Fatalf("patched %v, want [1]: down to the minimum once recorded", got)
 	}
 }

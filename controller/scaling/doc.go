@@ -54,4 +54,10 @@
 // reordered reports never count twice; a router silent for the heartbeat
 // timeout counts as zero. It is pure too (time is an argument) and not safe
 // for concurrent use: one supervisor owns each Window.
+//
+// [DecidePool] is the pool autoscaler's decision (issue 15): a pool
+// Deployment's replicas from the claim rate over a window times the
+// measured pod start, plus headroom, within the pool's bounds, with dry
+// pools grown, scale-downs stabilized over the window and held while
+// claims are unrecorded. Pure as Decide is.
 package scaling

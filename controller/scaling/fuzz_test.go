@@ -71,3 +71,40 @@ func FuzzDecide(f *testing.F) {
 		}
 	})
 }
+
+// FuzzDecidePool checks DecidePool's invariants over random pools.
+func FuzzDecidePool(f *testing.F) {
+	f.Add(uint64(1), int32(3), int32(40), int32(1), int32(3), int32(3), int32(0), uint8(30), int64(1000))
+	f.Add(uint64(2), int32(0), int32(1), int32(0), int32(9), int32(0), int32(4), uint8(0), int64(0))
+	f.Add(uint64(3), int32(-5), int32(-1), int32(-2), int32(0), int32(-1), int32(1), uint8(200), int64(-1))
+	f.Fuzz(func(t *testing.T, seed uint64, minP, maxP, headroom, replicas, ready, unrecorded int32, n uint8, readyMs int64) {
+		rng := rand.New(rand.NewPCG(seed, seed>>32))
+		now := t0
+		in := PoolInput{Now: now, Window: time.Duration(rng.IntN(60)) * time.Second, ReadyTime: time.Duration(readyMs) * time.Millisecond,
+			Headroom: headroom, Min: minP, Max: maxP, Replicas: replicas, Ready: ready, Unrecorded: unrecorded,
+			LastUp: now.Add(-time.Duration(rng.IntN(5000)) * time.Millisecond)}
+		for range n {
+			in.Claims = append(in.Claims, now.Add(-time.Duration(rng.Int64N(int64(2*time.Minute)))+time.Second))
+		}
+		for range rng.IntN(10) {
+			in.Recent = append(in.Recent, PoolPoint{At: now.Add(-time.Duration(rng.Int64N(int64(time.Minute)))), Replicas: rng.Int32N(100)})
+		}
+		d := DecidePool(in)
+		lo, hi := max(minP, 0), max(maxP, minP, 0)
+		if d.Replicas < 0 {
+			t.Fatalf("negative replicas %d (%+v)", d.Replicas, d)
+		}
+		if d.Demand < lo || d.Demand > hi {
+			t.Fatalf("demand %d outside [%d, %d]", d.Demand, lo, hi)
+		}
+		if d.Replicas < d.Demand {
+			t.Fatalf("replicas %d below the demand %d: a scale-up applies at once", d.Replicas, d.Demand)
+		}
+		if d.Replicas > max(hi, min(max(replicas, 0), max(ready, 0)+max(unrecorded, 0))) {
+			t.Fatalf("replicas %d above the maximum %d beyond the unrecorded floor (%+v)", d.Replicas, hi, in)
+		}
+		if unrecorded > 0 && d.Replicas < min(ready+unrecorded, replicas) {
+			t.Fatalf("replicas %d below ready %d + unrecorded %d while unrecorded claims exist", d.Replicas, ready, unrecorded)
+		}
+	})
+}

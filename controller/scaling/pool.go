@@ -160,7 +160,7 @@ func DecidePool(in PoolInput) PoolDecision {
 	d.Demand = int32(min(want, math.MaxInt32))
 	for _, r := range in.Recent {
 		if !r.At.Before(from) && !r.At.After(in.Now) && int64(r.Replicas) > want && want < int64(in.Replicas) {
-			want, d.Reason = min(int64(r.Replicas), int64(in.Replicas)), PoolReasonStabilized
+			want, d.Reason = min(int64(r.Replicas), int64(in.Replicas), hi), PoolReasonStabilized
 		}
 	}
 	if in.Unrecorded > 0 {

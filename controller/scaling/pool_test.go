@@ -86,6 +86,10 @@ func TestDecidePool(t *testing.T) {
 			in.Replicas = 5
 			in.Recent = []PoolPoint{{now.Add(-time.Second), 9}}
 		}), 5, PoolReasonStabilized, 0},
+		{"earlier demand holds no more than the maximum", with(func(in *PoolInput) {
+			in.Replicas, in.Max = 40, 10
+			in.Recent = []PoolPoint{{now.Add(-time.Second), 40}}
+		}), 10, PoolReasonStabilized, 0},
 		{"earlier demand does not hold a scale-up", with(func(in *PoolInput) {
 			in.Replicas = 3
 			in.Claims = every(10, 100*time.Millisecond)
@@ -98,8 +102,8 @@ func TestDecidePool(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := DecidePool(tc.in)
-			if d.Demand > d.Replicas && d.Reason != PoolReasonMax {
-				t.Errorf("demand %d above the decision %d", d.Demand, d.Replicas)
+			if lo, hi := max(tc.in.Min, 0), max(tc.in.Max, tc.in.Min, 0); tc.in.Unrecorded == 0 && (d.Replicas < lo || d.Replicas > hi) {
+				t.Errorf("decision %d outside [%d, %d] with nothing unrecorded", d.Replicas, lo, hi)
 			}
 			if d.Replicas != tc.want || d.Reason != tc.reason || d.Claims != tc.claims {
 				t.Errorf("DecidePool = %d %s (%d claims, %.2f/s), want %d %s (%d claims)", d.Replicas, d.Reason, d.Claims, d.Rate, tc.want, tc.reason, tc.claims)

@@ -170,7 +170,7 @@ func (c warmConfig) validate(known []string) error {
 	if c.Rate < 1 || c.Rate > 1_000_000 {
 		errs = append(errs, fmt.Errorf("-rate %d: want 1..1000000", c.Rate))
 	}
-	if c.VIPN < 0 || c.VIPRounds < 1 {
+	if c.VIPN < 0 || (c.VIPN > 0 && c.VIPRounds < 1) {
 		errs = append(errs, fmt.Errorf("-vip-n %d, -vip-rounds %d: want n ≥ 0 and rounds ≥ 1", c.VIPN, c.VIPRounds))
 	}
 	if len(c.Contenders) == 0 {
@@ -371,11 +371,11 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	var vip []vipRow
+	var vipErr error
 	if runErr == nil && cfg.VIPN > 0 {
 		fmt.Fprintf(stderr, "warm: per-connection VIP figures, %d rounds × %d requests per path\n", cfg.VIPRounds, cfg.VIPN)
-		vip, runErr = vipRounds(ctx, cs, vipConfig{n: cfg.VIPN, node: 2, rounds: cfg.VIPRounds, function: fnName}, stderr)
-		if runErr != nil {
-			runErr = fmt.Errorf("per-connection VIP figures: %w", runErr)
+		if vip, vipErr = vipRounds(ctx, cs, vipConfig{n: cfg.VIPN, node: 2, rounds: cfg.VIPRounds, function: fnName}, stderr); vipErr != nil {
+			vipErr = fmt.Errorf("per-connection VIP figures: %w", vipErr)
 		}
 	}
 
@@ -396,8 +396,12 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		VIP:         vip,
 		VIPN:        cfg.VIPN,
 	}
-	if runErr != nil {
+	switch {
+	case runErr != nil:
 		rep.Stopped = fmt.Sprintf("after %d of %d rounds: %v", done, cfg.Rounds, runErr)
+	case vipErr != nil:
+		rep.Stopped = fmt.Sprintf("after every round, in the %v", vipErr)
+		runErr = vipErr
 	}
 	for i, c := range contenders {
 		rep.Contenders = append(rep.Contenders, summarizeContender(c.name, c.label, results[i]))
