@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -192,4 +193,23 @@ func callerToken(ctx context.Context) (context.Context, error) {
 		return ctx, nil // --auth none: nothing to pass on
 	}
 	return metadata.AppendToOutgoingContext(ctx, trust.HeaderCaller, "Bearer "+tok), nil
+}
+
+// countRefusals counts the calls refused for who the caller is
+// (skipper_controller_auth_refusals_total), outermost of the interceptors.
+func countRefusals(m *metrics) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	count := func(err error) {
+		if c := status.Code(err); c == codes.Unauthenticated || c == codes.PermissionDenied {
+			m.authRefusals.WithLabelValues(c.String()).Inc()
+		}
+	}
+	return func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			resp, err := h(ctx, req)
+			count(err)
+			return resp, err
+		}, func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			err := h(srv, ss)
+			count(err)
+			return err
+		}
 }

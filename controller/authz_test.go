@@ -2,24 +2,45 @@ package controller
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
-// tableReviewer answers TokenReviews from a table of tokens.
+// tableReviewer answers TokenReviews from a table of token names (tok).
 type tableReviewer map[string]authenticationv1.UserInfo
 
-func (r tableReviewer) Review(_ context.Context, tok string) (authenticationv1.TokenReviewStatus, error) {
-	u, ok := r[tok]
-	return authenticationv1.TokenReviewStatus{Authenticated: ok, User: u}, nil
+func (r tableReviewer) Review(_ context.Context, token string) (authenticationv1.TokenReviewStatus, error) {
+	for name, u := range r {
+		if tok(name) == token {
+			return authenticationv1.TokenReviewStatus{Authenticated: true, User: u, Audiences: []string{trust.Audience}}, nil
+		}
+	}
+	return authenticationv1.TokenReviewStatus{Error: "invalid bearer token"}, nil
+}
+
+// tok is an unsigned JWT for audience skipper named name, valid until 2100
+// (the fake review vouches for it).
+func tok(name string) string {
+	enc := base64.RawURLEncoding.EncodeToString
+	return enc([]byte(`{"alg":"none"}`)) + "." +
+		enc(fmt.Appendf(nil, `{"aud":["skipper"],"exp":4102444800,"sub":%q}`, name)) + ".sig"
 }
 
 // sidecarTable allows the users in it.
@@ -53,8 +74,8 @@ func testAuthz() *authz {
 // as is ctx as the interceptor leaves it for token, with extra metadata.
 func as(t *testing.T, a *authz, token string, md ...string) context.Context {
 	t.Helper()
-	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(append([]string{trust.HeaderAuthorization, "Bearer " + token}, md...)...))
-	id, err := a.auth.Authenticate(ctx, token)
+	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(append([]string{trust.HeaderAuthorization, "Bearer " + tok(token)}, md...)...))
+	id, err := a.auth.Authenticate(ctx, tok(token))
 	if err != nil {
 		t.Fatalf("authenticate %s: %v", token, err)
 	}
@@ -79,12 +100,12 @@ func TestAuthzRouter(t *testing.T) {
 		{"a sidecar whose access cannot be asked", as(t, a, "broken"), &skipperv1.RouterIdentity{Node: "node2", Pod: "shop/b-1"}, false, codes.Unavailable},
 		{"a token not bound to a pod", as(t, a, "debugger"), r1, false, codes.PermissionDenied},
 		{"no identity", t.Context(), r1, false, codes.Unauthenticated},
-		{"forwarded by a replica for the router", as(t, a, "ctl", trust.HeaderCaller, "Bearer router-1"), r1, true, codes.OK},
-		{"forwarded by a replica, the router's token naming another", as(t, a, "ctl", trust.HeaderCaller, "Bearer router-1"),
+		{"forwarded by a replica for the router", as(t, a, "ctl", trust.HeaderCaller, "Bearer "+tok("router-1")), r1, true, codes.OK},
+		{"forwarded by a replica, the router's token naming another", as(t, a, "ctl", trust.HeaderCaller, "Bearer "+tok("router-1")),
 			&skipperv1.RouterIdentity{Node: "node1", Pod: "skipper-system/r2"}, true, codes.PermissionDenied},
 		{"forwarded by a replica without the caller's token", as(t, a, "ctl"), r1, true, codes.Unauthenticated},
-		{"forwarded by a replica with a forged caller token", as(t, a, "ctl", trust.HeaderCaller, "Bearer forged"), r1, true, codes.Unauthenticated},
-		{"forwarded by a router", as(t, a, "router-1", trust.HeaderCaller, "Bearer router-1"), r1, true, codes.PermissionDenied},
+		{"forwarded by a replica with a forged caller token", as(t, a, "ctl", trust.HeaderCaller, "Bearer "+tok("forged")), r1, true, codes.Unauthenticated},
+		{"forwarded by a router", as(t, a, "router-1", trust.HeaderCaller, "Bearer "+tok("router-1")), r1, true, codes.PermissionDenied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := status.Code(a.asRouter(tc.ctx, tc.rid, tc.forwarded)); got != tc.code {
@@ -136,4 +157,82 @@ func TestParseSARef(t *testing.T) {
 			t.Errorf("parseSARef(%q): no error", bad)
 		}
 	}
+}
+
+// TestForwardedCallerReviewedByOwner runs two replicas with --auth
+// tokenreview on the fake API server's TokenReview: a router's call to the
+// replica that does not own the function is forwarded with the replica's
+// own token and the router's, the owner reviews both and answers; a
+// workload's call is refused at the first replica, and one naming another
+// router at the owner.
+func TestForwardedCallerReviewedByOwner(t *testing.T) {
+	e := newTestEnv(t)
+	users := tableReviewer{
+		"router-1": saUser("skipper-system", "skipper-noderouter", "r1", "node1"),
+		"ctl":      saUser("skipper-system", "skipper-controller", "c0", "node1"),
+		"tenant":   saUser("default", "default", "web-1", "node1"),
+	}
+	var reviews atomic.Int64
+	e.core.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		reviews.Add(1)
+		tr := a.(k8stesting.CreateAction).GetObject().(*authenticationv1.TokenReview)
+		st, _ := users.Review(t.Context(), tr.Spec.Token)
+		tr.Status = st
+		return true, tr, nil
+	})
+	e.core.PrependReactor("create", "subjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		return true, a.(k8stesting.CreateAction).GetObject(), nil // nobody is granted skipper-sidecar-router
+	})
+	ctlToken := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(ctlToken, []byte(tok("ctl")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	withAuth := func(c *Config) { c.Auth, c.TokenFile = authTokenReview, ctlToken }
+	la, lb := listen(t), listen(t)
+	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb))
+	name := functionOwnedBy(t, lb, la, lb) // a function B owns
+	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
+	a := startReplica(t, e, "ctl-a", la, withAuth)
+	startReplica(t, e, "ctl-b", lb, withAuth)
+	eventually(t, "A sees a two-member ring", func() bool {
+		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
+		return strings.Contains(ma, "skipper_controller_ring_members 2")
+	})
+	call := func(token string, rid *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, error) {
+		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), trust.HeaderAuthorization, "Bearer "+tok(token)), 5*time.Second)
+		defer cancel()
+		return a.client.GetInstance(ctx, &skipperv1.GetInstanceRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}, Router: rid})
+	}
+	r1 := &skipperv1.RouterIdentity{Node: "node1", Pod: "skipper-system/r1"}
+	resp, err := call("router-1", r1)
+	if err != nil {
+		t.Fatalf("the router's call through A: %v", err)
+	}
+	if resp.GetOwner() != "ctl-b" {
+		t.Errorf("owner %q, want ctl-b (forwarded)", resp.GetOwner())
+	}
+	if n := reviews.Load(); n < 3 {
+		t.Errorf("%d reviews, want the router's at A, and at B the replica's and the router's", n)
+	}
+	if _, err := call("tenant", &skipperv1.RouterIdentity{Node: "node1", Pod: "default/web-1"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a workload's call: %v, want PermissionDenied", err)
+	}
+	if _, err := call("router-1", &skipperv1.RouterIdentity{Node: "node1", Pod: "skipper-system/r2"}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("the router naming another: %v, want PermissionDenied", err)
+	}
+	_, ma := httpGetBody(t, a.httpAddr, "/metrics")
+	if !strings.Contains(ma, `skipper_controller_auth_refusals_total{code="PermissionDenied"} 2`) {
+		t.Errorf("A's metrics lack 2 PermissionDenied refusals:\n%s", grepLines(ma, "auth_refusals"))
+	}
+}
+
+// grepLines returns the lines of s containing sub.
+func grepLines(s, sub string) string {
+	var out []string
+	for l := range strings.SplitSeq(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -251,30 +251,6 @@ func (c *controller) measureLag(ctx context.Context) {
 	}
 }
 
-// poolChanged reacts to a pool Deployment event: its namespace may need the
-// key ConfigMap, claim waiters re-check, and its waiters series exists at
-// zero while the pool does.
-func (c *controller) poolChanged(obj any, deleted bool) {
-	d, ok := obj.(*appsv1.Deployment)
-	if !ok {
-		return
-	}
-	c.nsQueue.Add(d.Namespace)
-	c.podsChanged.notify()
-	if pool := d.Labels[v1alpha1.LabelPool]; pool != "" {
-		c.poolQueue.Add(d.Namespace + "/" + pool)
-		if deleted {
-			c.metrics.poolWaiters.DeleteLabelValues(d.Namespace + "/" + pool)
-			if len(c.cache.poolDeployments(d.Namespace, pool)) == 0 {
-				c.pools.drop(d.Namespace + "/" + pool)
-				c.metrics.poolTarget.DeleteLabelValues(d.Namespace + "/" + pool)
-			}
-		} else {
-			c.metrics.poolWaiters.WithLabelValues(d.Namespace + "/" + pool)
-		}
-	}
-}
-
 // start runs the informers and work queues on c.wg; they stop when ctx ends.
 func (c *controller) start(ctx context.Context) {
 	c.events = record.NewBroadcaster(record.WithContext(ctx))

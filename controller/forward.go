@@ -12,14 +12,13 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
 // forwarder sends GetInstance to the owning replica, one client connection
 // per owner address, kept until shutdown.
 type forwarder struct {
-	creds *trust.TokenFile // this replica's own token; nil: none
+	creds *skipperv1.TokenFile // this replica's own token; nil: none
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -28,7 +27,7 @@ type forwarder struct {
 func newForwarder(tokenFile string) *forwarder {
 	f := &forwarder{conns: map[string]*grpc.ClientConn{}}
 	if tokenFile != "" {
-		f.creds = trust.NewTokenFile(tokenFile)
+		f.creds = skipperv1.NewTokenFile(tokenFile)
 	}
 	return f
 }

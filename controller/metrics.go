@@ -32,6 +32,7 @@ type metrics struct {
 	instances        *prometheus.GaugeVec
 	poolWaiters      *prometheus.GaugeVec
 	poolTarget       *prometheus.GaugeVec
+	authRefusals     *prometheus.CounterVec
 	routerStreams    prometheus.Gauge
 	scaleDecisions   *prometheus.CounterVec
 	informerLag      prometheus.Gauge
@@ -92,6 +93,10 @@ func newMetrics() *metrics {
 			Name: "skipper_controller_pool_target_replicas",
 			Help: "The replicas the pool autoscaler last decided for an autoscaled pool this replica owns, by pool (namespace/name).",
 		}, []string{"pool"}),
+		authRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "skipper_controller_auth_refusals_total",
+			Help: "gRPC calls refused for who the caller is, by code: Unauthenticated (no token, or one refused) or PermissionDenied (a caller not allowed, or naming another router).",
+		}, []string{"code"}),
 		routerStreams: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "skipper_controller_router_streams",
 			Help: "Open Connect streams from routers.",
@@ -128,7 +133,7 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.assignments, m.assignmentTime, m.ownedFunctions, m.ringMembers,
-		m.heartbeatBatches, m.instances, m.poolWaiters, m.poolTarget, m.routerStreams,
+		m.heartbeatBatches, m.instances, m.poolWaiters, m.poolTarget, m.authRefusals, m.routerStreams,
 		m.scaleDecisions, m.informerLag, m.ownershipMoves, m.wireViolations,
 		m.unrecorded, m.recordFailures,
 	)

@@ -140,7 +140,8 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 		keysWG.Go(func() { az.runKeys(kctx, cl.core.Discovery().RESTClient(), log) })
 		defer func() { stopKeys(); keysWG.Wait() }()
 		skip := func(m string) bool { return strings.HasPrefix(m, healthMethod) } // probes carry no token
-		opts = append(opts, grpc.ChainUnaryInterceptor(az.auth.UnaryInterceptor(skip)), grpc.ChainStreamInterceptor(az.auth.StreamInterceptor(skip)))
+		cu, cs := countRefusals(m)
+		opts = append(opts, grpc.ChainUnaryInterceptor(cu, az.auth.UnaryInterceptor(skip)), grpc.ChainStreamInterceptor(cs, az.auth.StreamInterceptor(skip)))
 		log.Info("gRPC callers authenticated by TokenReview", "audience", trust.Audience, "routers", az.router.String(),
 			"controllers", az.controller.String(), "debug_group", cfg.DebugGroup)
 	} else {

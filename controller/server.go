@@ -69,8 +69,10 @@ func (s *server) GetInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 		case codes.InvalidArgument, codes.NotFound, codes.Canceled, codes.DeadlineExceeded:
 			level = slog.LevelDebug // the caller's problem, answered with a clear status
 		}
-		if errors.Is(err, ErrClaimRateLimited) {
-			level = slog.LevelDebug // a router over its limit would log every call; counted as result="limited"
+		if errors.Is(err, ErrClaimRateLimited) || st.Code() == codes.PermissionDenied || st.Code() == codes.Unauthenticated {
+			// A router over its limit, or a hostile caller, would log every
+			// call; counted as result="limited", or in auth_refusals_total.
+			level = slog.LevelDebug
 		}
 		s.c.log.Log(ctx, level, "GetInstance failed", "function", key, "router", req.GetRouter().GetPod(),
 			"forwarded", req.GetForwarded(), "code", st.Code().String(), "err", st.Message())
@@ -110,7 +112,7 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 		return nil, resultError, err
 	}
 	c.touch(key, time.Now())
-	caller := claimCaller(ctx, req)
+	caller := s.claimCaller(ctx, req)
 	admit := func() error { return s.limits.admit(caller, time.Now()) }
 	if fn.Spec.Oneshot {
 		return c.getOneshot(ctx, fn, port, req.GetRouter(), admit)
@@ -446,13 +448,14 @@ func clampUint32(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32))
 
 func timestamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 
-// claimCaller names the caller a GetInstance's claims are charged to: the
-// peer's address for a router's own call, so renaming itself in the message
-// gains a caller no fresh buckets; for a call a replica forwarded, the
-// router the message names (the forwarding replica carries many routers'
-// calls). Issue 16's TokenReview identity replaces both.
-func claimCaller(ctx context.Context, req *skipperv1.GetInstanceRequest) string {
-	if !req.GetForwarded() {
+// claimCaller names the caller a GetInstance's claims are charged to.
+// With callers authenticated, it is the router the request names, which
+// authz checked is the caller (forwarded or not): one bucket per router.
+// Without (--auth none), a router's own call is charged to its peer
+// address, so renaming itself in the message gains a caller no fresh
+// buckets; a forwarded call to the router the message names.
+func (s *server) claimCaller(ctx context.Context, req *skipperv1.GetInstanceRequest) string {
+	if s.authz == nil && !req.GetForwarded() {
 		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			if host, _, err := net.SplitHostPort(p.Addr.String()); err == nil {
 				return host

@@ -18,7 +18,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"skipper.dev/skipper/controller/ring"
-	"skipper.dev/skipper/controller/trust"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -37,7 +36,7 @@ type controlPlane struct {
 	// usage holds the local instances' cgroup figures (nil: not read).
 	usage *usageSampler
 	// creds is the router's token for every call; nil: none.
-	creds *trust.TokenFile
+	creds *pb.TokenFile
 	// dialer, when set before the first dial, dials controllers (the router
 	// marks its sockets so BPF steering skips them); nil: gRPC's default.
 	dialer *net.Dialer
@@ -73,7 +72,7 @@ func newControlPlane(cfg Config, log *slog.Logger, m *metrics, cache *route.Cach
 			log.Warn("no token file: calls to the controllers carry no token, and controllers that authenticate callers refuse them",
 				"token_file", cfg.TokenFile, "err", err)
 		} else {
-			cp.creds = trust.NewTokenFile(cfg.TokenFile)
+			cp.creds = pb.NewTokenFile(cfg.TokenFile)
 		}
 	}
 	return cp

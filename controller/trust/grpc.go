@@ -9,16 +9,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
-// Metadata keys.
+// Metadata keys (skipperv1 holds the contract's constants, which the
+// router shares).
 const (
-	// HeaderAuthorization carries the caller's own token.
-	HeaderAuthorization = "authorization"
-	// HeaderCaller carries, on a request one replica forwards to the
-	// owner, the original caller's token ("Bearer <token>"): the owner
-	// reviews it and decides on the caller, not the forwarder.
-	HeaderCaller = "x-skipper-caller-authorization"
+	HeaderAuthorization = skipperv1.HeaderAuthorization
+	HeaderCaller        = skipperv1.HeaderCaller
 )
 
 type ctxKey struct{}

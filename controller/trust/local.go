@@ -28,16 +28,12 @@ import (
 // Authenticator falls back to it when a token was never reviewed and the
 // API server cannot review it: signature, issuer, audience and expiry are
 // checked, but not whether the token's pod still exists (the API server's
-// review would), so a locally verified token is kept only localTTL.
+// review would): the API server reviews it as soon as it can be asked.
 type KeySet struct {
 	mu     sync.RWMutex
 	issuer string
 	keys   map[string]crypto.PublicKey // by kid
 }
-
-// localTTL is how long a locally verified token is kept before it is
-// reviewed again (when the API server is back, by TokenReview).
-const localTTL = 30 * time.Second
 
 // jwk is one key of a JWKS.
 type jwk struct {
@@ -81,15 +77,17 @@ func (k *KeySet) Load(openidConfig, jwks []byte) error {
 		return fmt.Errorf("jwks: %w", err)
 	}
 	keys := map[string]crypto.PublicKey{}
+	var skipped []error
 	for _, j := range set.Keys {
 		pk, err := j.publicKey()
 		if err != nil {
-			return fmt.Errorf("jwks key %q: %w", j.Kid, err)
+			skipped = append(skipped, fmt.Errorf("jwks key %q: %w", j.Kid, err))
+			continue // a key of a kind not verified here: the others still are
 		}
 		keys[j.Kid] = pk
 	}
 	if len(keys) == 0 {
-		return errors.New("jwks has no keys")
+		return errors.Join(append([]error{errors.New("jwks has no usable keys")}, skipped...)...)
 	}
 	k.mu.Lock()
 	k.issuer, k.keys = c.Issuer, keys

@@ -145,11 +145,15 @@ func TestKeySetLoad(t *testing.T) {
 	if k.Loaded() {
 		t.Error("loaded after only bad documents")
 	}
+	// One usable key among unusable ones loads.
+	if err := k.Load([]byte(`{"issuer":"x"}`), []byte(`{"keys":[{"kty":"EC","kid":"p384","crv":"P-384","x":"AQ","y":"AQ"},{"kty":"RSA","kid":"r","n":"AQAB","e":"AQAB"}]}`)); err != nil || !k.Loaded() {
+		t.Errorf("a JWKS with one usable key: %v", err)
+	}
 }
 
 // TestAuthenticateVerifiesLocallyWhileTheAPIServerIsAway: a token never
 // reviewed is verified against the keys when TokenReview cannot be asked,
-// kept localTTL, and reviewed once the API server is back.
+// and reviewed once the API server is back (after downFor).
 func TestAuthenticateVerifiesLocallyWhileTheAPIServerIsAway(t *testing.T) {
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	k, rs, _ := testKeys(t)
@@ -175,9 +179,9 @@ func TestAuthenticateVerifiesLocallyWhileTheAPIServerIsAway(t *testing.T) {
 		t.Error("a locally verified token was not kept")
 	}
 	f.down.Store(false)
-	now = now.Add(localTTL)
+	now = now.Add(downFor)
 	if _, err := a.Authenticate(t.Context(), tok); err != nil || f.reviews.Load() != reviews+1 {
-		t.Errorf("after localTTL with the API server back: %v, %d reviews (want one more)", err, f.reviews.Load()-reviews)
+		t.Errorf("after downFor with the API server back: %v, %d reviews (want one more)", err, f.reviews.Load()-reviews)
 	}
 }
 

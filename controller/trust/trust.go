@@ -18,17 +18,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
 // Audience is the audience routers' and controllers' tokens are minted for
 // and reviewed against.
-const Audience = "skipper"
+const Audience = skipperv1.Audience
 
 // The extra fields of a token bound to a pod, as TokenReview reports them.
 const (
@@ -39,15 +43,23 @@ const (
 
 // Bounds of the review cache.
 const (
-	// DefaultMaxEntries bounds the reviews kept.
+	// DefaultMaxEntries bounds the reviews kept, and separately the
+	// refusals.
 	DefaultMaxEntries = 10_000
 	// deniedTTL is how long a refused token stays refused without another
 	// review: a flood of bad tokens costs the API server one review each
-	// per deniedTTL at most.
+	// per deniedTTL at most (and none once the keys are loaded: a token
+	// they do not verify is never sent to TokenReview).
 	deniedTTL = 10 * time.Second
-	// opaqueTTL is how long a review of a token without a readable expiry
-	// (not a JWT) is kept.
-	opaqueTTL = 5 * time.Minute
+	// freshTTL is how long a review is taken without asking again while
+	// the API server answers (so a deleted pod's token stops working
+	// within it); past it and until the token expires, the review is
+	// honoured only while the API server cannot be asked.
+	freshTTL = 2 * time.Minute
+	// downFor is how long, after the API server failed a review, reviews
+	// are not tried: calls meanwhile are answered from the cache or the
+	// keys at once, not each after a review's timeout.
+	downFor = 5 * time.Second
 )
 
 // Identity is who a caller is, by the API server's review of its token.
@@ -100,14 +112,24 @@ type Authenticator struct {
 	now        func() time.Time
 	maxEntries int
 
-	mu    sync.Mutex
-	cache map[[sha256.Size]byte]entry
+	mu      sync.Mutex
+	cache   map[[sha256.Size]byte]entry   // reviews that passed
+	refused map[[sha256.Size]byte]refusal // tokens refused, kept apart so a flood of them evicts no review
+	down    time.Time                     // reviews are not tried before this
 }
 
 type entry struct {
 	id    Identity
-	err   error // ErrUnauthenticated with the reason, for a refused token
-	until time.Time
+	fresh time.Time // taken without a review until this
+	until time.Time // honoured while the API server is away until this (the token's expiry)
+}
+
+// refusal is a refused token: asked again after retry (when the API
+// server may say otherwise), never verified locally before exp (what the
+// API server refused, its signature does not overrule).
+type refusal struct {
+	err        error
+	retry, exp time.Time
 }
 
 // NewAuthenticator reviews tokens with r, keeping at most maxEntries
@@ -116,17 +138,24 @@ func NewAuthenticator(r Reviewer, maxEntries int) *Authenticator {
 	if maxEntries <= 0 {
 		maxEntries = DefaultMaxEntries
 	}
-	return &Authenticator{r: r, now: time.Now, maxEntries: maxEntries, cache: map[[sha256.Size]byte]entry{}}
+	return &Authenticator{r: r, now: time.Now, maxEntries: maxEntries,
+		cache: map[[sha256.Size]byte]entry{}, refused: map[[sha256.Size]byte]refusal{}}
 }
 
 // VerifyLocally makes a verify, with k's keys, the tokens the API server
 // cannot review (it is unreachable) and that were never reviewed.
 func (a *Authenticator) VerifyLocally(k *KeySet) { a.local = k }
 
-// Authenticate returns the identity of token's bearer: from the cache
-// while the review is fresh (a token's review until it expires, a refusal
-// for deniedTTL), else from a new review. Errors wrap ErrUnauthenticated
-// or ErrUnavailable.
+// Authenticate returns the identity of token's bearer. A fresh review is
+// taken from the cache; otherwise the API server reviews the token (under
+// the reviewer's own timeout, whatever the caller's deadline). When it
+// cannot be asked (unreachable, timing out, overloaded), a review taken
+// earlier holds until the token expires, and a token never reviewed, nor
+// refused, is verified against the keys (VerifyLocally). A token that
+// cannot be a ServiceAccount token for Audience (not a JWT, another
+// audience, expired; with the keys loaded, any it does not verify) is
+// refused without a review. Errors wrap ErrUnauthenticated or
+// ErrUnavailable.
 func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identity, error) {
 	if token == "" {
 		return Identity{}, fmt.Errorf("%w: no bearer token", ErrUnauthenticated)
@@ -134,36 +163,74 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 	key := sha256.Sum256([]byte(token))
 	now := a.now()
 	a.mu.Lock()
-	e, ok := a.cache[key]
+	e, reviewedOK := a.cache[key]
+	r, refusedOK := a.refused[key]
+	down := now.Before(a.down)
 	a.mu.Unlock()
-	if ok && now.Before(e.until) {
-		return e.id, e.err
+	switch {
+	case reviewedOK && now.Before(e.fresh):
+		return e.id, nil
+	case refusedOK && now.Before(r.retry):
+		return Identity{}, r.err
 	}
-	st, err := a.r.Review(ctx, token)
+	if err := a.precheck(token, now); err != nil {
+		a.refuse(key, err, token, now)
+		return Identity{}, err
+	}
+	var st authenticationv1.TokenReviewStatus
+	err := errAPIDown
+	if !down {
+		st, err = a.r.Review(context.WithoutCancel(ctx), token)
+	}
 	if err != nil {
-		if a.local == nil || !a.local.Loaded() {
+		if !apiUnavailable(err) {
+			// The controller's own problem (its RBAC, a bad request): not
+			// the caller's, and no reason to trust the token otherwise.
 			return Identity{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
-		// The API server is away and this token was never reviewed (a
-		// renewed token, a replica it never called): its signature
-		// decides, for localTTL.
+		if !down {
+			a.mu.Lock()
+			a.down = now.Add(downFor)
+			a.mu.Unlock()
+		}
+		switch {
+		case reviewedOK && now.Before(e.until):
+			return e.id, nil // reviewed before: honoured through the outage
+		case refusedOK && now.Before(r.exp):
+			return Identity{}, r.err
+		case a.local == nil || !a.local.Loaded():
+			return Identity{}, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		// Never reviewed (a renewed token, a replica it never called):
+		// its signature decides, until the API server can be asked.
 		id, verr := a.local.Verify(token, now)
-		e = entry{id: id, err: verr, until: now.Add(localTTL)}
 		if verr != nil {
-			e.until = now.Add(deniedTTL)
-		} else if id.Expires.Before(e.until) {
-			e.until = id.Expires
+			a.refuse(key, verr, token, now)
+			return Identity{}, verr
 		}
 		a.mu.Lock()
-		a.putLocked(key, e, now)
+		a.putLocked(key, entry{id: id, fresh: now, until: id.Expires}, now)
 		a.mu.Unlock()
-		return e.id, e.err
+		return id, nil
 	}
-	e = reviewed(st, token, now)
+	id, rerr := reviewed(st, token)
+	if rerr != nil {
+		a.refuse(key, rerr, token, now)
+		return Identity{}, rerr
+	}
+	until := now.Add(freshTTL)
+	if !id.Expires.IsZero() {
+		until = id.Expires
+	}
+	fresh := now.Add(freshTTL)
+	if until.Before(fresh) {
+		fresh = until
+	}
 	a.mu.Lock()
-	a.putLocked(key, e, now)
+	delete(a.refused, key)
+	a.putLocked(key, entry{id: id, fresh: fresh, until: until}, now)
 	a.mu.Unlock()
-	return e.id, e.err
+	return id, nil
 }
 
 // putLocked stores e, making room by dropping expired reviews and then,
@@ -185,6 +252,63 @@ func (a *Authenticator) putLocked(key [sha256.Size]byte, e entry, now time.Time)
 	a.cache[key] = e
 }
 
+// errAPIDown stands for a review not tried: the API server failed one
+// within downFor.
+var errAPIDown = errors.New("the API server failed a review moments ago")
+
+// apiUnavailable reports whether a review failed because the API server
+// could not answer it (not because it refused the controller).
+func apiUnavailable(err error) bool {
+	var ne net.Error
+	switch {
+	case errors.Is(err, errAPIDown), errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne):
+		return true
+	case apierrors.IsServerTimeout(err), apierrors.IsTimeout(err), apierrors.IsServiceUnavailable(err),
+		apierrors.IsTooManyRequests(err), apierrors.IsInternalError(err), apierrors.IsUnexpectedServerError(err):
+		return true
+	}
+	var se apierrors.APIStatus
+	if errors.As(err, &se) {
+		return se.Status().Code >= 500
+	}
+	return true // not an API answer at all: the connection failed
+}
+
+// precheck refuses, without asking the API server, a token that cannot be
+// a ServiceAccount token for Audience.
+func (a *Authenticator) precheck(token string, now time.Time) error {
+	if a.local != nil && a.local.Loaded() {
+		_, err := a.local.Verify(token, now)
+		return err
+	}
+	c, err := unverifiedClaims(token)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrUnauthenticated, err)
+	}
+	if !c.audience(Audience) {
+		return fmt.Errorf("%w: token is not for audience %q", ErrUnauthenticated, Audience)
+	}
+	if c.Exp == 0 || !now.Before(time.Unix(c.Exp, 0)) {
+		return fmt.Errorf("%w: token expired", ErrUnauthenticated)
+	}
+	return nil
+}
+
+// refuse keeps a refusal of token: asked again after deniedTTL, never
+// verified locally before it expires.
+func (a *Authenticator) refuse(key [sha256.Size]byte, err error, token string, now time.Time) {
+	exp := now.Add(deniedTTL)
+	if c, cerr := unverifiedClaims(token); cerr == nil && c.Exp > 0 && time.Unix(c.Exp, 0).After(exp) {
+		exp = time.Unix(c.Exp, 0)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.refused) >= a.maxEntries {
+		clear(a.refused) // refusals are cheap to learn again; reviews are kept
+	}
+	a.refused[key] = refusal{err: err, retry: now.Add(deniedTTL), exp: exp}
+}
+
 // Len is how many reviews are cached.
 func (a *Authenticator) Len() int {
 	a.mu.Lock()
@@ -192,25 +316,25 @@ func (a *Authenticator) Len() int {
 	return len(a.cache)
 }
 
-// reviewed turns a review into a cache entry.
-func reviewed(st authenticationv1.TokenReviewStatus, token string, now time.Time) entry {
+// reviewed reads a review: the identity, or why the token is refused.
+func reviewed(st authenticationv1.TokenReviewStatus, token string) (Identity, error) {
 	if !st.Authenticated {
 		reason := st.Error
 		if reason == "" {
 			reason = "token not authenticated"
 		}
-		return entry{err: fmt.Errorf("%w: %s", ErrUnauthenticated, reason), until: now.Add(deniedTTL)}
+		return Identity{}, fmt.Errorf("%w: %s", ErrUnauthenticated, reason)
 	}
-	if len(st.Audiences) > 0 && !slices.Contains(st.Audiences, Audience) {
-		return entry{err: fmt.Errorf("%w: token is not for audience %q", ErrUnauthenticated, Audience), until: now.Add(deniedTTL)}
+	// An empty list means an authenticator that does not know audiences
+	// took it for the API server's own: not a token for Audience.
+	if !slices.Contains(st.Audiences, Audience) {
+		return Identity{}, fmt.Errorf("%w: token is not for audience %q (reviewed for %v)", ErrUnauthenticated, Audience, st.Audiences)
 	}
 	id := identityOf(st.User)
-	until := now.Add(opaqueTTL)
 	if exp, ok := tokenExpiry(token); ok {
-		until = exp
 		id.Expires = exp
 	}
-	return entry{id: id, until: until}
+	return id, nil
 }
 
 // identityOf reads a reviewed user.
@@ -233,27 +357,48 @@ func identityOf(u authenticationv1.UserInfo) Identity {
 	return id
 }
 
+// jwtClaims are the claims read from a token before any check.
+type jwtClaims struct {
+	Aud json.RawMessage `json:"aud"`
+	Exp int64           `json:"exp"`
+}
+
+func (c jwtClaims) audience(want string) bool {
+	var aud []string
+	if json.Unmarshal(c.Aud, &aud) != nil {
+		var one string
+		if json.Unmarshal(c.Aud, &one) != nil {
+			return false
+		}
+		aud = []string{one}
+	}
+	return slices.Contains(aud, want)
+}
+
+// unverifiedClaims reads a JWT's claims without checking its signature.
+func unverifiedClaims(token string) (jwtClaims, error) {
+	parts := strings.Split(token, ".")
+	if len(parts) != 3 {
+		return jwtClaims{}, errors.New("not a JWT")
+	}
+	b, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil {
+		return jwtClaims{}, errors.New("not a JWT: bad payload encoding")
+	}
+	var c jwtClaims
+	if err := json.Unmarshal(b, &c); err != nil {
+		return jwtClaims{}, errors.New("not a JWT: bad claims")
+	}
+	return c, nil
+}
+
 // tokenExpiry reads a JWT's exp claim without checking its signature:
 // TokenReview has checked the token; only how long to keep the review is
 // read here.
 func tokenExpiry(token string) (time.Time, bool) {
-	parts := strings.Split(token, ".")
-	if len(parts) != 3 {
+	c, err := unverifiedClaims(token)
+	if err != nil || c.Exp <= 0 {
 		return time.Time{}, false
 	}
-	b, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil {
-		return time.Time{}, false
-	}
-	var c struct {
-		Exp *json.Number `json:"exp"`
-	}
-	if err := json.Unmarshal(b, &c); err != nil || c.Exp == nil {
-		return time.Time{}, false
-	}
-	sec, err := c.Exp.Int64()
-	if err != nil || sec <= 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(sec, 0), true
+	return time.Unix(c.Exp, 0), true
 }

@@ -2,12 +2,11 @@ package trust
 
 import (
 	"context"
+	"crypto"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -21,7 +20,9 @@ import (
 	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 )
@@ -29,7 +30,7 @@ import (
 // jwt is an unsigned token with exp (the review, faked, vouches for it).
 func jwt(exp time.Time, sub string) string {
 	enc := base64.RawURLEncoding.EncodeToString
-	return enc([]byte(`{"alg":"none"}`)) + "." + enc(fmt.Appendf(nil, `{"exp":%d,"sub":%q}`, exp.Unix(), sub)) + ".sig"
+	return enc([]byte(`{"alg":"none"}`)) + "." + enc(fmt.Appendf(nil, `{"aud":["skipper"],"exp":%d,"sub":%q}`, exp.Unix(), sub)) + ".sig"
 }
 
 // fakeReviewer answers from a table and counts reviews; down fails them.
@@ -82,35 +83,52 @@ func TestAuthenticateCachesUntilExpiry(t *testing.T) {
 		t.Errorf("identity predicates wrong for %+v", id)
 	}
 
-	// Cached: the API server may go away, the review holds until expiry.
+	// Fresh: taken from the cache.
+	now = now.Add(time.Minute)
+	if _, err := a.Authenticate(t.Context(), tok); err != nil || f.reviews.Load() != 1 {
+		t.Errorf("a fresh review: %v, %d reviews (want 1)", err, f.reviews.Load())
+	}
+	// Past freshTTL the API server is asked again; while it is away, the
+	// review holds until the token expires, and it is not asked again
+	// within downFor.
 	f.down.Store(true)
-	now = now.Add(9 * time.Minute)
-	if _, err := a.Authenticate(t.Context(), tok); err != nil {
-		t.Errorf("cached review refused while the API server is down: %v", err)
+	now = now.Add(8 * time.Minute)
+	for range 3 {
+		if _, err := a.Authenticate(t.Context(), tok); err != nil {
+			t.Errorf("cached review refused while the API server is down: %v", err)
+		}
 	}
-	if n := f.reviews.Load(); n != 1 {
-		t.Errorf("%d reviews, want 1 (cached)", n)
+	if n := f.reviews.Load(); n != 2 {
+		t.Errorf("%d reviews, want 2 (one tried, then none within downFor)", n)
 	}
-	// Expired: reviewed again, and that fails while the API server is down.
+	// Expired: refused, without asking.
 	now = now.Add(2 * time.Minute)
-	if _, err := a.Authenticate(t.Context(), tok); !errors.Is(err, ErrUnavailable) {
-		t.Errorf("expired token with the API server down: %v, want ErrUnavailable", err)
+	if _, err := a.Authenticate(t.Context(), tok); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("expired token with the API server down: %v, want ErrUnauthenticated", err)
 	}
 }
 
 func TestAuthenticateRefusals(t *testing.T) {
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
-	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{"opaque": {Username: "alice"}}}
+	forged := jwt(now.Add(time.Hour), "forged")
+	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{}}
 	a := NewAuthenticator(f, 0)
 	a.now = func() time.Time { return now }
-	if _, err := a.Authenticate(t.Context(), ""); !errors.Is(err, ErrUnauthenticated) {
-		t.Errorf("no token: %v", err)
+	// Refused without a review: no token, not a JWT, another audience, expired.
+	for name, tok := range map[string]string{
+		"no token": "", "not a JWT": "opaque",
+		"another audience": "a." + base64.RawURLEncoding.EncodeToString(fmt.Appendf(nil, `{"aud":["api"],"exp":%d}`, now.Add(time.Hour).Unix())) + ".s",
+		"expired":          jwt(now.Add(-time.Second), "old"),
+	} {
+		if _, err := a.Authenticate(t.Context(), tok); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("%s: %v, want ErrUnauthenticated", name, err)
+		}
 	}
-	if f.reviews.Load() != 0 {
-		t.Error("an empty token was reviewed")
+	if n := f.reviews.Load(); n != 0 {
+		t.Errorf("%d reviews of tokens that cannot be ours, want 0", n)
 	}
 	for range 3 {
-		if _, err := a.Authenticate(t.Context(), "forged"); !errors.Is(err, ErrUnauthenticated) {
+		if _, err := a.Authenticate(t.Context(), forged); !errors.Is(err, ErrUnauthenticated) {
 			t.Errorf("forged token: %v", err)
 		}
 	}
@@ -118,42 +136,98 @@ func TestAuthenticateRefusals(t *testing.T) {
 		t.Errorf("a refused token reviewed %d times within deniedTTL, want 1", n)
 	}
 	now = now.Add(deniedTTL)
-	_, _ = a.Authenticate(t.Context(), "forged")
+	_, _ = a.Authenticate(t.Context(), forged)
 	if n := f.reviews.Load(); n != 2 {
 		t.Errorf("a refused token reviewed %d times after deniedTTL, want 2", n)
 	}
-	// A non-JWT token is kept opaqueTTL; a user that is not a
-	// ServiceAccount has no pod or node.
-	id, err := a.Authenticate(t.Context(), "opaque")
-	if err != nil || id.User != "alice" || id.ServiceAccount != "" || id.Pod != "" || !id.Expires.IsZero() {
-		t.Errorf("opaque token: %+v, %v", id, err)
+	// Refused once, it is never verified locally, whatever the keys say:
+	// with the API server down it stays refused.
+	a.VerifyLocally(&KeySet{issuer: "x", keys: map[string]crypto.PublicKey{"k": nil}})
+	f.down.Store(true)
+	now = now.Add(deniedTTL)
+	if _, err := a.Authenticate(t.Context(), forged); !errors.Is(err, ErrUnauthenticated) {
+		t.Errorf("a refused token with the API server down: %v, want still refused", err)
 	}
-	// Extra fields of a user that is not a ServiceAccount are not read.
+	// A user that is not a ServiceAccount has no pod or node.
 	if id := identityOf(authenticationv1.UserInfo{Username: "bob", Extra: map[string]authenticationv1.ExtraValue{extraNodeName: {"node1"}}}); id.Node != "" {
 		t.Errorf("node %q read for a user", id.Node)
 	}
-	// A review for another audience is refused.
-	e := reviewed(authenticationv1.TokenReviewStatus{Authenticated: true, User: routerUser("r", "n"), Audiences: []string{"api"}}, "x", now)
-	if !errors.Is(e.err, ErrUnauthenticated) {
-		t.Errorf("a token for another audience: %v", e.err)
+	// A review for another audience, or for none (an authenticator that
+	// does not know audiences), is a refusal.
+	for _, auds := range [][]string{{"api"}, nil} {
+		if _, err := reviewed(authenticationv1.TokenReviewStatus{Authenticated: true, User: routerUser("r", "n"), Audiences: auds}, "x"); !errors.Is(err, ErrUnauthenticated) {
+			t.Errorf("a review for audiences %v: %v", auds, err)
+		}
 	}
+}
+
+// TestAuthenticateAPIErrors: only the API server being unable to answer
+// lets a cached review or the keys decide; its refusing the controller
+// (RBAC) does not, and a caller's own deadline never decides the path.
+func TestAuthenticateAPIErrors(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		down bool
+	}{
+		{errors.New("dial tcp: connection refused"), true},
+		{apierrors.NewServiceUnavailable("x"), true},
+		{apierrors.NewTooManyRequests("x", 1), true},
+		{apierrors.NewInternalError(errors.New("x")), true},
+		{apierrors.NewTimeoutError("x", 1), true},
+		{context.DeadlineExceeded, true},
+		{apierrors.NewForbidden(schema.GroupResource{Group: "authentication.k8s.io", Resource: "tokenreviews"}, "", errors.New("rbac")), false},
+		{apierrors.NewBadRequest("x"), false},
+		{apierrors.NewUnauthorized("x"), false},
+	} {
+		if got := apiUnavailable(fmt.Errorf("TokenReview: %w", tc.err)); got != tc.down {
+			t.Errorf("apiUnavailable(%v) = %v, want %v", tc.err, got, tc.down)
+		}
+	}
+	// The caller's cancelled context does not fail the review.
+	tok := jwt(time.Now().Add(time.Hour), "router")
+	a := NewAuthenticator(ctxReviewer{routerUser("r1", "node1")}, 0)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if _, err := a.Authenticate(ctx, tok); err != nil {
+		t.Errorf("a caller's cancelled context failed the review: %v", err)
+	}
+}
+
+// ctxReviewer fails when the context it is given is done, as a real
+// client does.
+type ctxReviewer struct{ u authenticationv1.UserInfo }
+
+func (r ctxReviewer) Review(ctx context.Context, _ string) (authenticationv1.TokenReviewStatus, error) {
+	if err := ctx.Err(); err != nil {
+		return authenticationv1.TokenReviewStatus{}, err
+	}
+	return authenticationv1.TokenReviewStatus{Authenticated: true, User: r.u, Audiences: []string{Audience}}, nil
 }
 
 func TestAuthenticateBounded(t *testing.T) {
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{}}
+	tok := func(i int) string { return jwt(now.Add(time.Hour), fmt.Sprint("t", i)) }
 	for i := range 20 {
-		f.users[fmt.Sprint("t", i)] = authenticationv1.UserInfo{Username: fmt.Sprint("u", i)}
+		f.users[tok(i)] = authenticationv1.UserInfo{Username: fmt.Sprint("u", i)}
 	}
 	a := NewAuthenticator(f, 8)
 	a.now = func() time.Time { return now }
 	for i := range 20 {
-		if _, err := a.Authenticate(t.Context(), fmt.Sprint("t", i)); err != nil {
+		if _, err := a.Authenticate(t.Context(), tok(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if n := a.Len(); n > 8 {
 		t.Errorf("%d reviews kept, want at most 8", n)
+	}
+	// Refusals are kept apart: a flood of them evicts no review.
+	for i := range 100 {
+		_, _ = a.Authenticate(t.Context(), jwt(now.Add(time.Hour), fmt.Sprint("junk", i)))
+	}
+	reviews := f.reviews.Load()
+	if _, err := a.Authenticate(t.Context(), tok(19)); err != nil || f.reviews.Load() != reviews {
+		t.Errorf("the latest review after a flood of refusals: %v, %d more reviews (want 0)", err, f.reviews.Load()-reviews)
 	}
 }
 
@@ -167,27 +241,6 @@ func TestTokenExpiry(t *testing.T) {
 		if _, ok := tokenExpiry(bad); ok {
 			t.Errorf("tokenExpiry(%q) read an expiry", bad)
 		}
-	}
-}
-
-func TestTokenFile(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "token")
-	tf := NewTokenFile(p)
-	if _, err := tf.GetRequestMetadata(t.Context()); err == nil {
-		t.Error("a missing token file: no error")
-	}
-	if err := os.WriteFile(p, []byte("tok-1\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	md, err := tf.GetRequestMetadata(t.Context())
-	if err != nil || md[HeaderAuthorization] != "Bearer tok-1" {
-		t.Errorf("metadata %v, %v", md, err)
-	}
-	if md, err := NewTokenFile("").GetRequestMetadata(t.Context()); err != nil || len(md) != 0 {
-		t.Errorf("no path: %v, %v; want no metadata", md, err)
-	}
-	if tf.RequireTransportSecurity() {
-		t.Error("TLS required")
 	}
 }
 
@@ -245,7 +298,7 @@ func TestInterceptors(t *testing.T) {
 		t.Errorf("the health check is exempt: %v", err)
 	}
 	f.down.Store(true)
-	if got := status.Code(call(HeaderAuthorization, "Bearer never-seen")); got != codes.Unavailable {
+	if got := status.Code(call(HeaderAuthorization, "Bearer "+jwt(time.Now().Add(time.Hour), "never-seen"))); got != codes.Unavailable {
 		t.Errorf("a new token while the API server is down: %s, want Unavailable", got)
 	}
 	if got := status.Code(call(HeaderAuthorization, "Bearer "+good)); got != codes.OK {

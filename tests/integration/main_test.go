@@ -102,9 +102,14 @@ func startRouter(ctx context.Context, kubeconfig string) (<-chan error, error) {
 	fmt.Fprintln(os.Stderr, "integration: router log", log.Name())
 	var b [4]byte
 	_, _ = rand.Read(b[:])
+	podName := "integration-router-" + hex.EncodeToString(b[:])
+	tokenFile, cleanup, err := routerIdentity(ctx, env.kube, podName)
+	if err != nil {
+		return nil, err
+	}
 	args := []string{
-		"--listen", data, "--admin-listen", admin,
-		"--node-name", "node1", "--pod-name", "integration-router-" + hex.EncodeToString(b[:]), "--pod-namespace", "skipper-system",
+		"--listen", data, "--admin-listen", admin, "--token-file", tokenFile,
+		"--node-name", "node1", "--pod-name", podName, "--pod-namespace", "skipper-system",
 		"--kubeconfig", kubeconfig,
 		"--local-address=", "--bpf=off", "--cgroup-root=/skipper",
 		"--report-interval", "200ms", "--drain-delay=0", "--shutdown-timeout", "10s",
@@ -113,7 +118,9 @@ func startRouter(ctx context.Context, kubeconfig string) (<-chan error, error) {
 	done := make(chan error, 1)
 	go func() {
 		defer log.Close()
-		done <- noderouter.Run(ctx, args, log)
+		err := noderouter.Run(ctx, args, log)
+		cleanup() // ctx has ended: the renewals stop, the identity pod goes
+		done <- err
 	}()
 	env.routerURL = "http://" + data
 	env.metrics = "http://" + admin + "/metrics"
