@@ -14,7 +14,12 @@ import (
 	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
@@ -223,4 +228,67 @@ func TestTokensThroughAPIServerOutage(t *testing.T) {
 	wantCode(t, "GetInstance with a forged token, API server down", get(controllerClient(t, ownerPod, "forged.token.sig")),
 		codes.Unauthenticated, "")
 	start()
+}
+
+// TestControllerIdentityLimited (issue 16): what RBAC cannot narrow, the
+// ValidatingAdmissionPolicies in deploy/base do. Acting as the controller's
+// ServiceAccount (impersonated), a pod's image cannot be patched, a pod of
+// no pool cannot be deleted nor relabelled, and a ConfigMap of another
+// name cannot be created; a skipper.dev/ label can be added. Nothing
+// changes.
+func TestControllerIdentityLimited(t *testing.T) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:skipper-system:skipper-controller",
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:skipper-system", "system:authenticated"}}
+	asController, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A pod of no pool, on no node (nothing runs it).
+	name := fmt.Sprintf("vap-%d", time.Now().UnixNano()%100000)
+	pod, err := env.kube.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "bystander"}},
+		Spec:       corev1.PodSpec{NodeName: "nowhere", Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/skipper-dev/skipper"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.CoreV1().Pods("default").Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+	})
+	pods := asController.CoreV1().Pods("default")
+	refused := func(what string, err error, want string) {
+		t.Helper()
+		if !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s as the controller: %v, want refused with %q", what, err, want)
+		} else {
+			t.Logf("%s as the controller: %v", what, err)
+		}
+	}
+	merge := func(patch string) error {
+		_, err := pods.Patch(t.Context(), name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	}
+	_, err = pods.Patch(t.Context(), name, types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/containers/0/image","value":"evil.example/miner"}]`), metav1.PatchOptions{})
+	refused("patching a pod's image", err, "changes no pod's spec")
+	refused("changing a pod's own label", merge(`{"metadata":{"labels":{"app":"mine"}}}`), "only skipper.dev/ labels")
+	refused("deleting a pod of no pool", pods.Delete(t.Context(), name, metav1.DeleteOptions{}), "only pods of a pool")
+	_, err = asController.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "not-the-key"}}, metav1.CreateOptions{})
+	refused("creating another ConfigMap", err, "only the ConfigMap and Secret skipper-assign-key")
+	if err := merge(`{"metadata":{"labels":{"skipper.dev/e2e":"yes"}}}`); err != nil {
+		t.Errorf("adding a skipper.dev/ label as the controller: %v", err)
+	}
+	got, err := env.kube.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the pod after the refusals: %v", err)
+	}
+	if got.Spec.Containers[0].Image != pod.Spec.Containers[0].Image || got.Labels["app"] != "bystander" {
+		t.Errorf("the pod changed: image %s, app=%s", got.Spec.Containers[0].Image, got.Labels["app"])
+	}
+	if _, err := env.kube.CoreV1().ConfigMaps("default").Get(t.Context(), "not-the-key", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("ConfigMap not-the-key: %v, want not found", err)
+	}
 }
