@@ -213,3 +213,36 @@ func countRefusals(m *metrics) (grpc.UnaryServerInterceptor, grpc.StreamServerIn
 			return err
 		}
 }
+
+// authorizedMethods are the methods whose handlers decide who may call
+// them (asRouter, state). Any other method of the Controller service is
+// refused before its handler: a new RPC must get its rule here first
+// (TestEveryMethodHasARule).
+var authorizedMethods = map[string]bool{
+	skipperv1.Controller_Connect_FullMethodName:         true, // asRouter at the Hello
+	skipperv1.Controller_GetInstance_FullMethodName:     true, // asRouter
+	skipperv1.Controller_ReleaseInstance_FullMethodName: true, // asRouter
+	skipperv1.Controller_GetState_FullMethodName:        true, // state
+}
+
+// denyUnruled refuses methods with no rule in authorizedMethods, but for
+// those skip exempts (the health service).
+func denyUnruled(skip func(string) bool) (grpc.UnaryServerInterceptor, grpc.StreamServerInterceptor) {
+	allowed := func(m string) error {
+		if authorizedMethods[m] || skip(m) {
+			return nil
+		}
+		return status.Errorf(codes.PermissionDenied, "%s has no authorization rule", m)
+	}
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+			if err := allowed(info.FullMethod); err != nil {
+				return nil, err
+			}
+			return h(ctx, req)
+		}, func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+			if err := allowed(info.FullMethod); err != nil {
+				return err
+			}
+			return h(srv, ss)
+		}
+}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -235,4 +236,34 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestEveryMethodHasARule: every method of the Controller service has an
+// authorization rule; one added without is refused by denyUnruled.
+func TestEveryMethodHasARule(t *testing.T) {
+	desc := skipperv1.Controller_ServiceDesc
+	var methods []string
+	for _, m := range desc.Methods {
+		methods = append(methods, "/"+desc.ServiceName+"/"+m.MethodName)
+	}
+	for _, s := range desc.Streams {
+		methods = append(methods, "/"+desc.ServiceName+"/"+s.StreamName)
+	}
+	for _, m := range methods {
+		if !authorizedMethods[m] {
+			t.Errorf("%s has no rule in authorizedMethods", m)
+		}
+	}
+	if len(methods) != len(authorizedMethods) {
+		t.Errorf("%d methods, %d rules", len(methods), len(authorizedMethods))
+	}
+	du, _ := denyUnruled(func(m string) bool { return strings.HasPrefix(m, healthMethod) })
+	call := func(m string) error {
+		_, err := du(t.Context(), nil, &grpc.UnaryServerInfo{FullMethod: m}, func(context.Context, any) (any, error) { return nil, nil })
+		return err
+	}
+	if status.Code(call("/skipper.v1.Controller/NewThing")) != codes.PermissionDenied || call(skipperv1.Controller_GetState_FullMethodName) != nil ||
+		call("/grpc.health.v1.Health/Check") != nil {
+		t.Error("denyUnruled lets an unruled method through, or refuses a ruled one")
+	}
 }

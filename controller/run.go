@@ -141,7 +141,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 		defer func() { stopKeys(); keysWG.Wait() }()
 		skip := func(m string) bool { return strings.HasPrefix(m, healthMethod) } // probes carry no token
 		cu, cs := countRefusals(m)
-		opts = append(opts, grpc.ChainUnaryInterceptor(cu, az.auth.UnaryInterceptor(skip)), grpc.ChainStreamInterceptor(cs, az.auth.StreamInterceptor(skip)))
+		du, ds := denyUnruled(skip)
+		opts = append(opts, grpc.ChainUnaryInterceptor(cu, az.auth.UnaryInterceptor(skip), du),
+			grpc.ChainStreamInterceptor(cs, az.auth.StreamInterceptor(skip), ds))
 		log.Info("gRPC callers authenticated by TokenReview", "audience", trust.Audience, "routers", az.router.String(),
 			"controllers", az.controller.String(), "debug_group", cfg.DebugGroup)
 	} else {
