@@ -211,7 +211,10 @@ func (c *controller) recordOnce(ctx context.Context, cur *corev1.Pod, fn *v1alph
 		return nil
 	// A failed test op is 422 Invalid; a concurrent write can surface as 409;
 	// a pod deleted since it was read is 404.
-	case apierrors.IsInvalid(err), apierrors.IsConflict(err), apierrors.IsNotFound(err):
+	// Forbidden: the admission policy (deploy/base/controller-admission.yaml)
+	// refused a patch built from a stale read (a whole map replaced): read
+	// again and decide anew, as for a failed test op.
+	case apierrors.IsInvalid(err), apierrors.IsConflict(err), apierrors.IsNotFound(err), apierrors.IsForbidden(err):
 		return fmt.Errorf("%w: record claim of pod %s/%s: %v", errClaimLost, cur.Namespace, cur.Name, err)
 	}
 	return fmt.Errorf("record claim of pod %s/%s: %w", cur.Namespace, cur.Name, err)

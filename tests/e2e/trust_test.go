@@ -234,8 +234,8 @@ func TestTokensThroughAPIServerOutage(t *testing.T) {
 // ValidatingAdmissionPolicies in deploy/base do. Acting as the controller's
 // ServiceAccount (impersonated), a pod's image cannot be patched, a pod of
 // no pool cannot be deleted nor relabelled, and a ConfigMap of another
-// name cannot be created; a skipper.dev/ label can be added. Nothing
-// changes.
+// name cannot be created; nor can it make the pod a pool pod, give it an
+// owner or a finalizer. Nothing changes.
 func TestControllerIdentityLimited(t *testing.T) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
 	if err != nil {
@@ -278,14 +278,17 @@ func TestControllerIdentityLimited(t *testing.T) {
 	refused("deleting a pod of no pool", pods.Delete(t.Context(), name, metav1.DeleteOptions{}), "only pods of a pool")
 	_, err = asController.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "not-the-key"}}, metav1.CreateOptions{})
 	refused("creating another ConfigMap", err, "only the ConfigMap and Secret skipper-assign-key")
-	if err := merge(`{"metadata":{"labels":{"skipper.dev/e2e":"yes"}}}`); err != nil {
-		t.Errorf("adding a skipper.dev/ label as the controller: %v", err)
-	}
+	// Making it a pool pod, to delete it next; taking it over through an
+	// ownerReference (the garbage collector would delete it); a finalizer.
+	refused("adding skipper.dev/pool to a pod", merge(`{"metadata":{"labels":{"skipper.dev/pool":"echo"}}}`), "updates only pool pods")
+	refused("giving a pod an owner", merge(`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"00000000-0000-0000-0000-000000000001"}]}}`), "updates only pool pods")
+	refused("adding a finalizer", merge(`{"metadata":{"finalizers":["example.com/hold"]}}`), "updates only pool pods")
 	got, err := env.kube.CoreV1().Pods("default").Get(t.Context(), name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the pod after the refusals: %v", err)
 	}
-	if got.Spec.Containers[0].Image != pod.Spec.Containers[0].Image || got.Labels["app"] != "bystander" {
+	if got.Spec.Containers[0].Image != pod.Spec.Containers[0].Image || got.Labels["app"] != "bystander" ||
+		len(got.Labels) != 1 || len(got.OwnerReferences) != 0 || len(got.Finalizers) != 0 {
 		t.Errorf("the pod changed: image %s, app=%s", got.Spec.Containers[0].Image, got.Labels["app"])
 	}
 	if _, err := env.kube.CoreV1().ConfigMaps("default").Get(t.Context(), "not-the-key", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
