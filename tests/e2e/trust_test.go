@@ -89,6 +89,22 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, want string
 	}
 }
 
+// functionOwnerPod is the controller pod that owns Function default/fn,
+// once its status names one.
+func functionOwnerPod(t *testing.T, fn string) *corev1.Pod {
+	t.Helper()
+	var owner string
+	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
+		owner, _ = functionStatus(t, fn)["owner"].(string)
+		return owner != ""
+	})
+	pod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("owner pod %s: %v", owner, err)
+	}
+	return pod
+}
+
 // TestHostileCallers (issue 16): the controllers' gRPC port refuses every
 // caller that is not the router its token names, and nothing changes.
 func TestHostileCallers(t *testing.T) {
@@ -96,15 +112,7 @@ func TestHostileCallers(t *testing.T) {
 	createFunction(t, fn, map[string]any{"maxInstances": int64(2), "idleTimeout": "5m"})
 	ref := &skipperv1.FunctionRef{Namespace: "default", Name: fn}
 	firstCall(t, "default/"+fn)
-	var owner string
-	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
-		owner, _ = functionStatus(t, fn)["owner"].(string)
-		return owner != ""
-	})
-	ownerPod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ownerPod := functionOwnerPod(t, fn)
 	routers := podsOf(t, "skipper-system", "app.kubernetes.io/name=skipper-noderouter")
 	if len(routers) < 2 {
 		t.Fatalf("%d routers, want one per node (2)", len(routers))
@@ -195,15 +203,7 @@ func TestTokensThroughAPIServerOutage(t *testing.T) {
 	createFunction(t, fn, map[string]any{"idleTimeout": "5m"})
 	ref := &skipperv1.FunctionRef{Namespace: "default", Name: fn}
 	firstCall(t, "default/"+fn)
-	var owner string
-	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
-		owner, _ = functionStatus(t, fn)["owner"].(string)
-		return owner != ""
-	})
-	ownerPod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ownerPod := functionOwnerPod(t, fn)
 	r := podsOf(t, "skipper-system", "app.kubernetes.io/name=skipper-noderouter")[0]
 	rid := &skipperv1.RouterIdentity{Node: r.Spec.NodeName, Pod: r.Namespace + "/" + r.Name, Incarnation: "outage"}
 	get := func(cl skipperv1.ControllerClient) error {
