@@ -38,7 +38,7 @@ type authz struct {
 	sidecars interface {
 		Allowed(context.Context, trust.Identity) (bool, error)
 	}
-	router     saRef // the DaemonSet routers' ServiceAccount
+	routerSA   saRef // the DaemonSet routers' ServiceAccount
 	controller saRef // the replicas' own
 	debugGroup string
 }
@@ -57,7 +57,7 @@ func newAuthz(cfg Config, cs kubernetes.Interface) *authz {
 		auth:       auth,
 		keys:       keys,
 		sidecars:   &trust.SidecarAccess{CS: cs},
-		router:     routerSA,
+		routerSA:   routerSA,
 		controller: ctlSA,
 		debugGroup: cfg.DebugGroup,
 	}
@@ -127,40 +127,48 @@ func routerMatches(id trust.Identity, rid *skipperv1.RouterIdentity) error {
 // request's caller is the original router, whose token the forwarding
 // replica passed on (trust.HeaderCaller); the forwarder must be a replica.
 func (a *authz) asRouter(ctx context.Context, rid *skipperv1.RouterIdentity, forwarded bool) error {
+	_, err := a.router(ctx, rid, forwarded)
+	return err
+}
+
+// router is asRouter, and returns the caller of a sidecar router's
+// requests: its own pod, as its token says (nil for a DaemonSet router,
+// whose requests name the pod they came from, and with --auth none).
+func (a *authz) router(ctx context.Context, rid *skipperv1.RouterIdentity, forwarded bool) (*skipperv1.Caller, error) {
 	if a == nil {
-		return nil
+		return nil, nil
 	}
 	id, err := identity(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if forwarded {
 		if !a.controller.is(id) {
-			return denied("%s: only controller replicas (%s) forward requests", id, a.controller)
+			return nil, denied("%s: only controller replicas (%s) forward requests", id, a.controller)
 		}
 		tok, err := trust.BearerToken(ctx, trust.HeaderCaller)
 		if err != nil || tok == "" {
-			return status.Errorf(codes.Unauthenticated, "forwarded request without the caller's token (%s)", trust.HeaderCaller)
+			return nil, status.Errorf(codes.Unauthenticated, "forwarded request without the caller's token (%s)", trust.HeaderCaller)
 		}
 		if id, err = a.auth.Authenticate(ctx, tok); err != nil {
-			return trust.Status(fmt.Errorf("forwarded caller: %w", err))
+			return nil, trust.Status(fmt.Errorf("forwarded caller: %w", err))
 		}
 	}
 	if err := routerMatches(id, rid); err != nil {
-		return err
+		return nil, err
 	}
-	if a.router.is(id) {
-		return nil
+	if a.routerSA.is(id) {
+		return nil, nil
 	}
 	ok, err := a.sidecars.Allowed(ctx, id)
 	if err != nil {
-		return status.Errorf(codes.Unavailable, "%s: sidecar router access: %v", id, err)
+		return nil, status.Errorf(codes.Unavailable, "%s: sidecar router access: %v", id, err)
 	}
 	if !ok {
-		return denied("%s: not a router: only ServiceAccount %s and those granted %q on %s.%s (the skipper-sidecar-router ClusterRole) may call",
-			id, a.router, trust.SidecarVerb, trust.SidecarResource, trust.SidecarGroup)
+		return nil, denied("%s: not a router: only ServiceAccount %s and those granted %q on %s.%s (the skipper-sidecar-router ClusterRole) may call",
+			id, a.routerSA, trust.SidecarVerb, trust.SidecarResource, trust.SidecarGroup)
 	}
-	return nil
+	return &skipperv1.Caller{Namespace: id.Namespace, ServiceAccount: id.ServiceAccount, Pod: id.Namespace + "/" + id.Pod}, nil
 }
 
 // state checks that the caller of ctx may read GetState: a replica, or a

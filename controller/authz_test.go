@@ -69,7 +69,7 @@ func testAuthz() *authz {
 		"broken":   saUser("shop", "broken", "b-1", "node2"),
 	}
 	return &authz{auth: trust.NewAuthenticator(users, 0), sidecars: sidecarTable{"system:serviceaccount:shop:caller": true},
-		router: saRef{"skipper-system", "skipper-noderouter"}, controller: saRef{"skipper-system", "skipper-controller"}, debugGroup: "skipper:debug"}
+		routerSA: saRef{"skipper-system", "skipper-noderouter"}, controller: saRef{"skipper-system", "skipper-controller"}, debugGroup: "skipper:debug"}
 }
 
 // as is ctx as the interceptor leaves it for token, with extra metadata.
@@ -113,6 +113,15 @@ func TestAuthzRouter(t *testing.T) {
 				t.Errorf("asRouter: %s (%v), want %s", got, a.asRouter(tc.ctx, tc.rid, tc.forwarded), tc.code)
 			}
 		})
+	}
+	// A sidecar router's calls come from its own pod, as its token says;
+	// a DaemonSet router's name the pod they came from themselves.
+	c, err := a.router(as(t, a, "sidecar"), &skipperv1.RouterIdentity{Node: "node2", Pod: "shop/app-1"}, false)
+	if err != nil || c.GetNamespace() != "shop" || c.GetServiceAccount() != "caller" || c.GetPod() != "shop/app-1" {
+		t.Errorf("sidecar's caller = %v, %v; want shop/caller, pod shop/app-1", c, err)
+	}
+	if c, err := a.router(as(t, a, "router-1"), r1, false); c != nil || err != nil {
+		t.Errorf("DaemonSet router's caller = %v, %v; want none", c, err)
 	}
 	// --auth none: nil allows all.
 	var none *authz

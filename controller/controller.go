@@ -99,6 +99,7 @@ type functionConfig struct {
 	ConcurrencyLimit uint32
 	Oneshot          bool
 	Timeout          time.Duration
+	Callers          callerPolicy
 }
 
 func configOf(fn *v1alpha1.Function) functionConfig {
@@ -106,6 +107,7 @@ func configOf(fn *v1alpha1.Function) functionConfig {
 		ConcurrencyLimit: uint32(max(fn.Spec.ConcurrencyLimit, 0)),
 		Oneshot:          fn.Spec.Oneshot,
 		Timeout:          fn.Spec.TimeoutOrZero(),
+		Callers:          callerPolicyOf(&fn.Spec.Callers),
 	}
 }
 

@@ -14,10 +14,11 @@ const (
 	resultForwarded = "forwarded" // forwarded to the owning replica
 	resultExhausted = "exhausted" // the pool had no ready pod in time
 	resultLimited   = "limited"   // the caller's claim rate limit refused a claim
+	resultDenied    = "denied"    // the function's callers do not allow the caller
 	resultError     = "error"     // anything else
 )
 
-var assignmentResults = []string{resultExisting, resultClaimed, resultForwarded, resultExhausted, resultLimited, resultError}
+var assignmentResults = []string{resultExisting, resultClaimed, resultForwarded, resultExhausted, resultLimited, resultDenied, resultError}
 
 // metrics are the controller's Prometheus series, on their own registry.
 // Function-labelled series are created at zero when a Function appears and

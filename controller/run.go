@@ -144,7 +144,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 		du, ds := denyUnruled(skip)
 		opts = append(opts, grpc.ChainUnaryInterceptor(cu, az.auth.UnaryInterceptor(skip), du),
 			grpc.ChainStreamInterceptor(cs, az.auth.StreamInterceptor(skip), ds))
-		log.Info("gRPC callers authenticated by TokenReview", "audience", trust.Audience, "routers", az.router.String(),
+		log.Info("gRPC callers authenticated by TokenReview", "audience", trust.Audience, "routers", az.routerSA.String(),
 			"controllers", az.controller.String(), "debug_group", cfg.DebugGroup)
 	} else {
 		log.Warn("--auth none: every gRPC caller is trusted; any pod that reaches the gRPC port can act as any router")

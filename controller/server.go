@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 	corev1 "k8s.io/api/core/v1"
@@ -49,10 +50,17 @@ func (s *server) GetInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	result := resultError
 	v := checkGetInstance(req)
 	err := v.err("GetInstance")
+	var sidecar *skipperv1.Caller
 	if err == nil {
-		err = s.authz.asRouter(ctx, req.GetRouter(), req.GetForwarded())
+		sidecar, err = s.authz.router(ctx, req.GetRouter(), req.GetForwarded())
 	}
 	if err == nil {
+		if sidecar != nil {
+			// A sidecar router serves its own pod only: the caller is the
+			// pod its token is bound to, whatever the request says.
+			req = proto.Clone(req).(*skipperv1.GetInstanceRequest)
+			req.Caller = sidecar
+		}
 		resp, result, err = s.getInstance(ctx, req)
 	}
 	s.c.metrics.countViolations(v)
@@ -106,6 +114,9 @@ func (s *server) getInstance(ctx context.Context, req *skipperv1.GetInstanceRequ
 	}
 	if fn.DeletionTimestamp != nil {
 		return nil, resultError, withReason(ErrFunctionDeleting, "function %s is being deleted", key)
+	}
+	if err := checkCaller(fn, req.GetCaller()); err != nil {
+		return nil, resultDenied, err // before the claim: a refused caller wakes nothing
 	}
 	port, err := c.port(fn)
 	if err != nil {

@@ -186,7 +186,29 @@ func validate(fn *v1alpha1.Function) error {
 			bad("spec.config", "value of key %.40q has %d characters, more than %d", k, n, v1alpha1.MaxConfigValueLength)
 		}
 	}
+	validateCallers(&s.Callers, bad)
 	return errors.Join(errs...)
+}
+
+// validateCallers checks spec.callers as the CRD schema does.
+func validateCallers(c *v1alpha1.Callers, bad func(field, format string, a ...any)) {
+	if n := len(c.Namespaces); n > v1alpha1.MaxCallers {
+		bad("spec.callers.namespaces", "%d entries, more than %d", n, v1alpha1.MaxCallers)
+	}
+	for _, ns := range c.Namespaces {
+		if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+			bad("spec.callers.namespaces", "%.70q is not a namespace name: %s", ns, strings.Join(msgs, "; "))
+		}
+	}
+	if n := len(c.ServiceAccounts); n > v1alpha1.MaxCallers {
+		bad("spec.callers.serviceAccounts", "%d entries, more than %d", n, v1alpha1.MaxCallers)
+	}
+	for _, sa := range c.ServiceAccounts {
+		ns, name, ok := strings.Cut(sa, "/")
+		if !ok || len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(name)) > 0 {
+			bad("spec.callers.serviceAccounts", "%.70q is not <namespace>/<name> of a ServiceAccount", sa)
+		}
+	}
 }
 
 // invalidMessage is err as one line fit for a condition or an Event,

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -102,6 +103,19 @@ func TestValidateFunction(t *testing.T) {
 				fn.Spec.Config[strings.Repeat("k", i+1)] = ""
 			}
 		}), want: []string{"spec.config: 65 entries, more than 64"}},
+		{name: "callers", fn: edge(func(fn *v1alpha1.Function) {
+			fn.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a", "Team_B"}, ServiceAccounts: []string{"team-a/web", "web", "a/B"}}
+		}), want: []string{
+			`spec.callers.namespaces: "Team_B" is not a namespace name`,
+			`spec.callers.serviceAccounts: "web" is not <namespace>/<name> of a ServiceAccount`,
+			`spec.callers.serviceAccounts: "a/B" is not <namespace>/<name> of a ServiceAccount`,
+		}},
+		{name: "callers entries", fn: edge(func(fn *v1alpha1.Function) {
+			for i := range 65 {
+				fn.Spec.Callers.Namespaces = append(fn.Spec.Callers.Namespaces, fmt.Sprintf("ns-%d", i))
+				fn.Spec.Callers.ServiceAccounts = append(fn.Spec.Callers.ServiceAccounts, fmt.Sprintf("ns/sa-%d", i))
+			}
+		}), want: []string{"spec.callers.namespaces: 65 entries, more than 64", "spec.callers.serviceAccounts: 65 entries, more than 64"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,12 +20,12 @@ import (
 // noResolver fails the benchmark if a warm request asks the control plane.
 type noResolver struct{ b *testing.B }
 
-func (n noResolver) resolve(context.Context, route.Ref, uint64, []string) (*route.Entry, *route.Assignment, error) {
+func (n noResolver) resolve(context.Context, route.Ref, uint64, []string, caller) (*route.Entry, *route.Assignment, error) {
 	n.b.Fatal("warm request called GetInstance")
 	return nil, nil, nil
 }
 
-func (n noResolver) oneshot(context.Context, route.Ref) (*route.Instance, error) {
+func (n noResolver) oneshot(context.Context, route.Ref, caller) (*route.Instance, error) {
 	n.b.Fatal("oneshot in a benchmark")
 	return nil, nil
 }

@@ -35,6 +35,15 @@ type Config struct {
 	NodeName     string
 	PodName      string
 	PodNamespace string
+	// PodServiceAccount is the router pod's ServiceAccount: a sidecar
+	// router's calls come from its own pod, and this is who they are from
+	// (spec.callers).
+	PodServiceAccount string
+	// CallerIndex has a DaemonSet router watch every pod of the cluster to
+	// tell, from a call's source address, which pod it came from
+	// (spec.callers). Off: calls to functions that list callers get 403
+	// caller_unknown.
+	CallerIndex bool
 
 	// ControllerService and ControllerNamespace name the headless Service
 	// whose ready EndpointSlice endpoints are the ring members.
@@ -191,6 +200,7 @@ func DefaultConfig() Config {
 		ControllerNamespace: "skipper-system",
 		ControllerPortName:  "grpc",
 		TokenFile:           "/var/run/secrets/skipper/token",
+		CallerIndex:         true,
 		ColdStartTimeout:    10 * time.Second,
 		NegativeCacheTTL:    time.Second,
 		NegativeCacheSize:   10000,

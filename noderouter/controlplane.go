@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/noderouter/callers"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -226,13 +227,15 @@ func (cp *controlPlane) close() {
 // resolve asks the function's owner for its instance set. Concurrent misses
 // of one function share one call, bounded by the cold-start timeout and not
 // by any one caller: a caller that goes away does not fail the others.
-func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string) (*route.Entry, *route.Assignment, error) {
+func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string, who caller) (*route.Entry, *route.Assignment, error) {
 	type result struct {
 		e *route.Entry
 		a *route.Assignment
 	}
 	key := ref.String()
-	ch := cp.sf.DoChan(key, func() (any, error) {
+	// Callers share a call only with callers of the same identity: the
+	// owner may refuse one identity and serve another.
+	ch := cp.sf.DoChan(key+"\x00"+who.key(), func() (any, error) {
 		if !cp.begin() {
 			return nil, status.Error(codes.Unavailable, "router is shutting down")
 		}
@@ -242,7 +245,7 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 		if cp.negative.Contains(ref, time.Now()) {
 			return nil, status.Errorf(codes.NotFound, "function %s not found", key)
 		}
-		e, a, err := cp.getInstance(ref, key, known, unusable)
+		e, a, err := cp.getInstance(ref, key, known, unusable, who)
 		return result{e, a}, err
 	})
 	select {
@@ -257,9 +260,9 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 	}
 }
 
-func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string) (*route.Entry, *route.Assignment, error) {
+func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string, who caller) (*route.Entry, *route.Assignment, error) {
 	start := time.Now()
-	resp, err := cp.ask(cp.ctx, ref, key, known, unusable)
+	resp, err := cp.ask(cp.ctx, ref, key, known, unusable, who)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,7 +280,7 @@ func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unu
 
 // ask sends one GetInstance to the function's owner, bounded by ctx and the
 // cold-start timeout, and counts it. A NotFound goes to the negative cache.
-func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, known uint64, unusable []string) (*pb.GetInstanceResponse, error) {
+func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, known uint64, unusable []string, who caller) (*pb.GetInstanceResponse, error) {
 	r := cp.ring.Load()
 	if r == nil {
 		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
@@ -308,6 +311,7 @@ func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, know
 		Router:          cp.id,
 		KnownGeneration: known,
 		UnusablePodUids: unusable,
+		Caller:          who.proto(),
 	})
 	cp.m.getInstanceSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -341,7 +345,7 @@ func (cp *controlPlane) begin() bool {
 // oneshot returns a fresh instance of a oneshot function for one request:
 // one left by a shared cold miss, or one GetInstance of its own (never
 // shared: every request needs its own instance). The caller releases it.
-func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref) (*route.Instance, error) {
+func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref, who caller) (*route.Instance, error) {
 	if info, ok := cp.takeSpare(ref); ok {
 		return &route.Instance{InstanceInfo: info}, nil
 	}
@@ -354,7 +358,7 @@ func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref) (*route.Inst
 	if _, a := cp.cache.Lookup(ref); a != nil {
 		known = a.Generation
 	}
-	resp, err := cp.ask(ctx, ref, key, known, nil)
+	resp, err := cp.ask(ctx, ref, key, known, nil, who)
 	if err != nil {
 		return nil, err
 	}
@@ -475,6 +479,7 @@ func toUpdate(gen uint64, ins []*pb.Instance, cfg *pb.FunctionConfig) route.Upda
 		if cfg.GetTimeout() != nil {
 			u.Config.Timeout = cfg.GetTimeout().AsDuration()
 		}
+		u.Config.Callers = callers.NewPolicy(cfg.GetCallers().GetNamespaces(), cfg.GetCallers().GetServiceAccounts())
 	}
 	return u
 }

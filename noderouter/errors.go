@@ -44,7 +44,7 @@ const (
 
 // rejectReasons are the answers of limits, counted in
 // skipper_noderouter_rejected_total{reason} (all initialised at 0).
-var rejectReasons = []string{reasonRouterOverloaded, reasonBodyTooLarge, reasonQueueFull}
+var rejectReasons = []string{reasonRouterOverloaded, reasonBodyTooLarge, reasonQueueFull, reasonCallerUnknown, reasonCallerDenied}
 
 // answer is an error response the router writes itself.
 type answer struct {
@@ -84,6 +84,12 @@ func controllerAnswer(err error) (answer, string) {
 	case codes.DeadlineExceeded:
 		return answer{status: http.StatusServiceUnavailable, reason: reasonColdStartTimeout,
 			msg: "no instance became ready within the cold-start timeout: " + msg, retryAfter: true, known: true}, resultDeadlineExceeded
+	case codes.PermissionDenied:
+		if r := callerRefusal(st); r != "" {
+			return answer{status: http.StatusForbidden, reason: r, msg: msg, known: true}, resultCallerRefused
+		}
+		return answer{status: http.StatusServiceUnavailable, reason: reasonControllerError,
+			msg: fmt.Sprintf("%s: %s", st.Code(), msg), retryAfter: true}, resultError
 	case codes.Unavailable:
 		return answer{status: http.StatusServiceUnavailable, reason: reasonNoController, msg: msg, retryAfter: true}, resultUnavailable
 	case codes.Canceled:

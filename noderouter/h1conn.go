@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,8 @@ type h1conn struct {
 	// forIP is the caller's address as X-Forwarded-For and Forwarded
 	// name it.
 	forIP, forwardedFor string
+	// ip is the caller's address, which tells who it is (spec.callers).
+	ip netip.Addr
 
 	idle atomic.Bool // waiting for a request (Shutdown closes it then)
 	// waitDeadline: the read deadline of the wait for a request head is
@@ -90,6 +93,9 @@ func newH1conn(s *h1Server, nc net.Conn) *h1conn {
 	}
 	c.forIP = host
 	c.forwardedFor = host
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		c.ip = ap.Addr().Unmap()
+	}
 	if ip := net.ParseIP(host); ip != nil && ip.To4() == nil {
 		c.forwardedFor = `"[` + host + `]"` // IPv6 is quoted and bracketed
 	}
@@ -284,10 +290,11 @@ func (c *h1conn) functionHeader() string {
 	return ""
 }
 
-func (c *h1conn) host() string         { return string(c.req.Host()) }
-func (c *h1conn) method() string       { return string(c.req.Method()) }
-func (c *h1conn) idempotencyKey() bool { _, ok := c.req.Get(HeaderIdempotencyKey); return ok }
-func (c *h1conn) bodyStarted() bool    { return c.sent }
+func (c *h1conn) host() string           { return string(c.req.Host()) }
+func (c *h1conn) callerAddr() netip.Addr { return c.ip }
+func (c *h1conn) method() string         { return string(c.req.Method()) }
+func (c *h1conn) idempotencyKey() bool   { _, ok := c.req.Get(HeaderIdempotencyKey); return ok }
+func (c *h1conn) bodyStarted() bool      { return c.sent }
 
 // failedBefore hands the loop's failed send to the first request only.
 func (c *h1conn) failedBefore() *priorSend {

@@ -33,12 +33,12 @@ type fakeResolver struct {
 
 var _ resolver = (*fakeResolver)(nil)
 
-func (f *fakeResolver) resolve(_ context.Context, ref route.Ref, _ uint64, _ []string) (*route.Entry, *route.Assignment, error) {
+func (f *fakeResolver) resolve(_ context.Context, ref route.Ref, _ uint64, _ []string, _ caller) (*route.Entry, *route.Assignment, error) {
 	e, a, _ := f.cache.Store(ref, f.upd)
 	return e, a, nil
 }
 
-func (f *fakeResolver) oneshot(context.Context, route.Ref) (*route.Instance, error) {
+func (f *fakeResolver) oneshot(context.Context, route.Ref, caller) (*route.Instance, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	uid := fmt.Sprintf("once-%d", f.handed)

@@ -310,7 +310,8 @@ func (l *evloop) accept(ln int) {
 		_ = unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_NODELAY, 1)
 		keepAliveProbes(fd, 15) // as Go's listeners have them
 		c := &lconn{fd: fd, in: make([]byte, loopBufSize), since: l.now}
-		c.forIP, c.forwardedFor = forwardedNames(sockaddrIP(sa))
+		c.ip = sockaddrIP(sa)
+		c.forIP, c.forwardedFor = forwardedNames(c.ip)
 		if err := l.add(c); err != nil {
 			_ = unix.Close(fd)
 			continue

@@ -26,7 +26,7 @@ func loopRouter(t *testing.T, addr string, mutate func(*Config)) (*proxy, string
 	// Warm: the first request fills the cache (GetInstance, through the
 	// goroutine path).
 	if _, a := res.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"}); a == nil {
-		if _, _, err := res.resolve(t.Context(), route.Ref{Namespace: "default", Name: "echo"}, 0, nil); err != nil {
+		if _, _, err := res.resolve(t.Context(), route.Ref{Namespace: "default", Name: "echo"}, 0, nil, caller{}); err != nil {
 			t.Fatal(err)
 		}
 	}

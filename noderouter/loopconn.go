@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"syscall"
 	"time"
 
@@ -26,8 +27,9 @@ type lconn struct {
 
 	// A caller's.
 	forIP, forwardedFor string
-	served              int  // requests answered on it
-	closeAfter          bool // close once out is written
+	ip                  netip.Addr // who the caller is (spec.callers)
+	served              int        // requests answered on it
+	closeAfter          bool       // close once out is written
 	x                   lexchange
 
 	// An instance's.

@@ -58,9 +58,10 @@ const (
 	handoverSplit   = "split"
 	handoverRetry   = "retry"
 	handoverAnswer  = "answer"
+	handoverCaller  = "caller"
 )
 
-var handoverReasons = []string{handoverRequest, handoverCold, handoverBusy, handoverSplit, handoverRetry, handoverAnswer}
+var handoverReasons = []string{handoverRequest, handoverCold, handoverBusy, handoverSplit, handoverRetry, handoverAnswer, handoverCaller}
 
 // fromCaller reads and serves c's requests, one at a time, until one
 // waits on an instance, nothing more is there, or c is handed over.
@@ -138,6 +139,12 @@ func (l *evloop) begin(c *lconn, hlen int) {
 	if a == nil || a.Config.Oneshot || len(a.Instances) == 0 {
 		l.handOver(c, handoverCold) // cold, or oneshot: GetInstance
 		return
+	}
+	if pol := a.Config.Callers; pol != nil {
+		if id, ok := p.identify(c.ip); !ok || !pol.Allows(id) {
+			l.handOver(c, handoverCaller) // refused there, with its answer and count
+			return
+		}
 	}
 	counted := p.maxInFlight > 0
 	if counted && p.inFlight.Add(1) > p.maxInFlight {

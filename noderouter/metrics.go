@@ -20,10 +20,11 @@ const (
 	resultResourceExhausted = "resource_exhausted"
 	resultDeadlineExceeded  = "deadline_exceeded"
 	resultUnavailable       = "unavailable"
+	resultCallerRefused     = "caller_refused"
 	resultError             = "error"
 )
 
-var getInstanceResults = []string{resultOK, resultNotFound, resultInvalidArgument, resultResourceExhausted, resultDeadlineExceeded, resultUnavailable, resultError}
+var getInstanceResults = []string{resultOK, resultNotFound, resultInvalidArgument, resultResourceExhausted, resultDeadlineExceeded, resultUnavailable, resultCallerRefused, resultError}
 
 // metrics are the router's Prometheus series, on their own registry with
 // the constant label node.
@@ -202,7 +203,7 @@ func newMetrics(node string) *metrics {
 	m.releases.WithLabelValues(resultError)
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "rejected_total",
-		Help: "Requests turned away by a limit, by reason: router_overloaded (--max-in-flight), body_too_large (--max-body-bytes), queue_full (every instance at its concurrencyLimit and --max-queue waiting).",
+		Help: "Requests turned away by a limit, by reason: router_overloaded (--max-in-flight), body_too_large (--max-body-bytes), queue_full (every instance at its concurrencyLimit and --max-queue waiting), caller_unknown and caller_denied (a function with spec.callers, called by a pod the router cannot identify or one not listed).",
 	}, []string{"reason"})
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(r)
@@ -231,7 +232,7 @@ func newMetrics(node string) *metrics {
 		Help: "Caller connections the event loops gave, with the request at hand, to the goroutine path (which serves them from then on), by reason: " +
 			"request (not a bodiless GET or HEAD, or a head it could not read: bodies, upgrades, h2c), cold (no cached instance: GetInstance, or oneshot), " +
 			"busy (every instance at its concurrencyLimit, or --max-in-flight reached), split (a head across reads), retry (the send failed before any answer), " +
-			"answer (in the middle: 1xx, 101, a body not framed by a length or larger than the loop's buffer).",
+			"answer (in the middle: 1xx, 101, a body not framed by a length or larger than the loop's buffer), caller (a caller the function's spec.callers refuse: answered 403 there).",
 	}, []string{"reason"})
 	m.handovers = map[string]prometheus.Counter{}
 	for _, r := range handoverReasons {

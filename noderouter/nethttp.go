@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -102,8 +103,15 @@ type attemptKey struct{}
 
 func attemptOf(r *http.Request) *attempt { return r.Context().Value(attemptKey{}).(*attempt) }
 
-func (x *httpExchange) functionHeader() string   { return x.r.Header.Get(HeaderFunction) }
-func (x *httpExchange) host() string             { return x.r.Host }
+func (x *httpExchange) functionHeader() string { return x.r.Header.Get(HeaderFunction) }
+func (x *httpExchange) host() string           { return x.r.Host }
+func (x *httpExchange) callerAddr() netip.Addr {
+	ap, err := netip.ParseAddrPort(x.r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
 func (x *httpExchange) method() string           { return x.r.Method }
 func (x *httpExchange) idempotencyKey() bool     { return x.r.Header.Get(HeaderIdempotencyKey) != "" }
 func (x *httpExchange) contentLength() int64     { return x.r.ContentLength }

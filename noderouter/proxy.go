@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"net/netip"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -23,10 +24,12 @@ type resolver interface {
 	// the instance set (GetInstance), stores it and returns the entry and
 	// the assignment now held. known is the generation the router holds
 	// (0: none); unusable are pod UIDs that just failed to dial.
-	resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string) (*route.Entry, *route.Assignment, error)
+	// who is the caller the owner checks the function's callers against
+	// before it claims anything.
+	resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string, who caller) (*route.Entry, *route.Assignment, error)
 	// oneshot returns a fresh instance of a oneshot function for one
 	// request.
-	oneshot(ctx context.Context, ref route.Ref) (*route.Instance, error)
+	oneshot(ctx context.Context, ref route.Ref, who caller) (*route.Instance, error)
 	// release gives a oneshot instance back after its request
 	// (ReleaseInstance); failures are logged and counted, not returned.
 	release(ref route.Ref, podUID string)
@@ -66,6 +69,9 @@ type exchange interface {
 	// goes on from there as after its own failed send. Asked once per
 	// request.
 	failedBefore() *priorSend
+	// callerAddr is the caller's source address (the zero Addr when not
+	// known), which tells who the caller is (spec.callers).
+	callerAddr() netip.Addr
 	// answer writes the router's own answer; function names it ("" when
 	// unnamed).
 	answer(a answer, function string)
@@ -86,11 +92,13 @@ type result struct {
 
 // proxy is the data-plane core: name → cache → instance → forward.
 type proxy struct {
-	log              *slog.Logger
-	m                *metrics
-	cache            *route.Cache
-	negative         *route.Negative // nil: off
-	resolver         resolver
+	log      *slog.Logger
+	m        *metrics
+	cache    *route.Cache
+	negative *route.Negative // nil: off
+	resolver resolver
+	// identify tells who holds a caller's address (spec.callers).
+	identify         identifier
 	defaultNamespace string
 	requestTimeout   time.Duration
 	maxAttempts      int
@@ -122,6 +130,7 @@ func newProxy(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, nega
 		cache:            cache,
 		negative:         negative,
 		resolver:         res,
+		identify:         unknownCaller,
 		defaultNamespace: cfg.DefaultNamespace,
 		requestTimeout:   cfg.RequestTimeout,
 		maxAttempts:      cfg.MaxAttempts,
@@ -201,7 +210,7 @@ func (p *proxy) serve(ex exchange) {
 			known = a.Generation
 		}
 		t := time.Now()
-		e, a, err = p.resolver.resolve(ex.ctx(), ref, known, ps.dead())
+		e, a, err = p.resolver.resolve(ex.ctx(), ref, known, ps.dead(), p.callerAt(ex.callerAddr()))
 		waited += time.Since(t)
 		if err != nil {
 			ans, _ := controllerAnswer(err)
@@ -210,6 +219,12 @@ func (p *proxy) serve(ex exchange) {
 		}
 	} else {
 		p.m.cacheHit.Inc()
+	}
+	if a.Config.Callers != nil {
+		if ans, ok := callerRefused(a.Config.Callers, p.callerAt(ex.callerAddr()), ref); !ok {
+			p.finish(ex, e, ans, ref)
+			return
+		}
 	}
 
 	timeout := p.requestTimeout
@@ -294,7 +309,7 @@ func (p *proxy) aborted(f forwarded, start time.Time) {
 // (at most --max-queue per function, waiting at most --cold-start-timeout).
 func (p *proxy) take(ex exchange, ref route.Ref, e *route.Entry, a *route.Assignment, failed []*route.Instance) (*route.Instance, answer) {
 	if a.Config.Oneshot {
-		in, err := p.resolver.oneshot(ex.ctx(), ref)
+		in, err := p.resolver.oneshot(ex.ctx(), ref, p.callerAt(ex.callerAddr()))
 		if err != nil {
 			ans, _ := controllerAnswer(err)
 			return nil, ans

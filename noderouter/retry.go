@@ -237,7 +237,7 @@ func (p *proxy) again(ex exchange, ref route.Ref, f *forwarded, a *route.Assignm
 		return next, true
 	}
 	t = time.Now()
-	ne, na, err := p.resolver.resolve(ex.ctx(), ref, a.Generation, dead)
+	ne, na, err := p.resolver.resolve(ex.ctx(), ref, a.Generation, dead, p.callerAt(ex.callerAddr()))
 	f.waited += time.Since(t)
 	if err != nil {
 		f.ans, _ = controllerAnswer(err)

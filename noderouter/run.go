@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/noderouter/callers"
 	"skipper.dev/skipper/noderouter/cgroup"
 	"skipper.dev/skipper/noderouter/localaddr"
 	"skipper.dev/skipper/noderouter/route"
@@ -107,6 +108,11 @@ type router struct {
 	cp    *controlPlane
 	proxy *proxy
 	ready atomic.Bool
+	// callerIndex tells pods apart by address (nil: no index, see
+	// identifier); callersSynced is set once its first list is in, and
+	// readiness waits for it.
+	callerIndex   *callers.Index
+	callersSynced atomic.Bool
 
 	// Set before run, all optional.
 	// local is a second data-plane listener, on the node-local address.
@@ -134,7 +140,20 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 	negative := route.NewNegative(cfg.NegativeCacheTTL, cfg.NegativeCacheSize)
 	cp := newControlPlane(cfg, log, m, cache, negative, id)
 	cp.usage = &usageSampler{node: cfg.NodeName, cache: cache, log: log}
-	return &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, negative, cp)}
+	rt := &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, negative, cp)}
+	rt.callersSynced.Store(true)
+	switch {
+	case cfg.Mode == ModeSidecar && cfg.PodNamespace != "" && cfg.PodServiceAccount != "":
+		rt.proxy.identify = ownPod(callers.Identity{Namespace: cfg.PodNamespace, ServiceAccount: cfg.PodServiceAccount,
+			Pod: cfg.PodNamespace + "/" + cfg.PodName})
+	case cfg.Mode == ModeSidecar:
+		log.Warn("--pod-namespace or --pod-service-account unset: calls to functions that list callers will be refused (caller_unknown)")
+	case cfg.CallerIndex && len(cfg.ControllerAddresses) == 0:
+		rt.callerIndex = &callers.Index{}
+		rt.callersSynced.Store(false)
+		rt.proxy.identify = rt.callerIndex.Lookup
+	}
+	return rt
 }
 
 func incarnation() string {
@@ -165,6 +184,16 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 				errc <- fmt.Errorf("watch controllers: %w", err)
 			}
 		})
+	}
+
+	if rt.callerIndex != nil && cs != nil {
+		wg.Go(func() {
+			if err := watchCallers(bg, cs, rt.callerIndex, rt.log, func() { rt.callersSynced.Store(true) }); err != nil {
+				errc <- fmt.Errorf("watch pods (--caller-index): %w", err)
+			}
+		})
+	} else {
+		rt.callersSynced.Store(true)
 	}
 
 	errLog := slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)
@@ -276,8 +305,8 @@ func (rt *router) adminHandler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(rt.m.reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if !rt.ready.Load() {
-			http.Error(w, "not ready: controller endpoints not synced, or draining", http.StatusServiceUnavailable)
+		if !rt.ready.Load() || !rt.callersSynced.Load() {
+			http.Error(w, "not ready: controller endpoints or the caller index not synced, or draining", http.StatusServiceUnavailable)
 			return
 		}
 		_, _ = io.WriteString(w, "ok\n")

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"skipper.dev/skipper/noderouter/callers"
 )
 
 // Config is what the router needs to route to a function.
@@ -14,6 +16,8 @@ type Config struct {
 	Oneshot          bool
 	// Timeout per request; 0 means the router's default.
 	Timeout time.Duration
+	// Callers who may call the function; nil: anyone.
+	Callers *callers.Policy
 }
 
 // InstanceInfo describes an instance as the controller announces it.

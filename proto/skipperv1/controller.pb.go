@@ -1059,7 +1059,9 @@ type FunctionConfig struct {
 	ConcurrencyLimit uint32 `protobuf:"varint,1,opt,name=concurrency_limit,json=concurrencyLimit,proto3" json:"concurrency_limit,omitempty"`
 	Oneshot          bool   `protobuf:"varint,2,opt,name=oneshot,proto3" json:"oneshot,omitempty"`
 	// Per request; unset means the router's default.
-	Timeout       *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	// Who may call the function (spec.callers); unset or empty: any caller.
+	Callers       *Callers `protobuf:"bytes,4,opt,name=callers,proto3" json:"callers,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1115,6 +1117,143 @@ func (x *FunctionConfig) GetTimeout() *durationpb.Duration {
 	return nil
 }
 
+func (x *FunctionConfig) GetCallers() *Callers {
+	if x != nil {
+		return x.Callers
+	}
+	return nil
+}
+
+// Callers are the callers a function allows: a caller is allowed when its
+// namespace is in namespaces or its ServiceAccount in service_accounts.
+// Both empty: any caller.
+type Callers struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Namespace names, sorted.
+	Namespaces []string `protobuf:"bytes,1,rep,name=namespaces,proto3" json:"namespaces,omitempty"`
+	// "<namespace>/<name>", sorted.
+	ServiceAccounts []string `protobuf:"bytes,2,rep,name=service_accounts,json=serviceAccounts,proto3" json:"service_accounts,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Callers) Reset() {
+	*x = Callers{}
+	mi := &file_skipper_v1_controller_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Callers) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Callers) ProtoMessage() {}
+
+func (x *Callers) ProtoReflect() protoreflect.Message {
+	mi := &file_skipper_v1_controller_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Callers.ProtoReflect.Descriptor instead.
+func (*Callers) Descriptor() ([]byte, []int) {
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Callers) GetNamespaces() []string {
+	if x != nil {
+		return x.Namespaces
+	}
+	return nil
+}
+
+func (x *Callers) GetServiceAccounts() []string {
+	if x != nil {
+		return x.ServiceAccounts
+	}
+	return nil
+}
+
+// Caller is the pod a request came from, as the router identified it from
+// the connection's source address (or, in a sidecar router, its own pod).
+type Caller struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The router could not tell which pod the request came from (the
+	// fields below are empty).
+	Unknown        bool   `protobuf:"varint,1,opt,name=unknown,proto3" json:"unknown,omitempty"`
+	Namespace      string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	ServiceAccount string `protobuf:"bytes,3,opt,name=service_account,json=serviceAccount,proto3" json:"service_account,omitempty"`
+	// "<namespace>/<name>" of the pod, for logs.
+	Pod           string `protobuf:"bytes,4,opt,name=pod,proto3" json:"pod,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Caller) Reset() {
+	*x = Caller{}
+	mi := &file_skipper_v1_controller_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Caller) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Caller) ProtoMessage() {}
+
+func (x *Caller) ProtoReflect() protoreflect.Message {
+	mi := &file_skipper_v1_controller_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Caller.ProtoReflect.Descriptor instead.
+func (*Caller) Descriptor() ([]byte, []int) {
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Caller) GetUnknown() bool {
+	if x != nil {
+		return x.Unknown
+	}
+	return false
+}
+
+func (x *Caller) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Caller) GetServiceAccount() string {
+	if x != nil {
+		return x.ServiceAccount
+	}
+	return ""
+}
+
+func (x *Caller) GetPod() string {
+	if x != nil {
+		return x.Pod
+	}
+	return ""
+}
+
 type GetInstanceRequest struct {
 	state    protoimpl.MessageState `protogen:"open.v1"`
 	Function *FunctionRef           `protobuf:"bytes,1,opt,name=function,proto3" json:"function,omitempty"`
@@ -1127,13 +1266,17 @@ type GetInstanceRequest struct {
 	// Instances the router found unusable (dial failed); the controller does
 	// not count them as able to take the request.
 	UnusablePodUids []string `protobuf:"bytes,5,rep,name=unusable_pod_uids,json=unusablePodUids,proto3" json:"unusable_pod_uids,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The pod the request came from. The controller claims nothing for a
+	// caller the function's callers do not allow (PermissionDenied). Unset
+	// (a router older than callers): unknown.
+	Caller        *Caller `protobuf:"bytes,6,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetInstanceRequest) Reset() {
 	*x = GetInstanceRequest{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[14]
+	mi := &file_skipper_v1_controller_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1145,7 +1288,7 @@ func (x *GetInstanceRequest) String() string {
 func (*GetInstanceRequest) ProtoMessage() {}
 
 func (x *GetInstanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[14]
+	mi := &file_skipper_v1_controller_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1158,7 +1301,7 @@ func (x *GetInstanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstanceRequest.ProtoReflect.Descriptor instead.
 func (*GetInstanceRequest) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{14}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetInstanceRequest) GetFunction() *FunctionRef {
@@ -1196,6 +1339,13 @@ func (x *GetInstanceRequest) GetUnusablePodUids() []string {
 	return nil
 }
 
+func (x *GetInstanceRequest) GetCaller() *Caller {
+	if x != nil {
+		return x.Caller
+	}
+	return nil
+}
+
 type GetInstanceResponse struct {
 	state      protoimpl.MessageState `protogen:"open.v1"`
 	Function   *FunctionRef           `protobuf:"bytes,1,opt,name=function,proto3" json:"function,omitempty"`
@@ -1213,7 +1363,7 @@ type GetInstanceResponse struct {
 
 func (x *GetInstanceResponse) Reset() {
 	*x = GetInstanceResponse{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[15]
+	mi := &file_skipper_v1_controller_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1225,7 +1375,7 @@ func (x *GetInstanceResponse) String() string {
 func (*GetInstanceResponse) ProtoMessage() {}
 
 func (x *GetInstanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[15]
+	mi := &file_skipper_v1_controller_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1238,7 +1388,7 @@ func (x *GetInstanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInstanceResponse.ProtoReflect.Descriptor instead.
 func (*GetInstanceResponse) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{15}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetInstanceResponse) GetFunction() *FunctionRef {
@@ -1295,7 +1445,7 @@ type ReleaseInstanceRequest struct {
 
 func (x *ReleaseInstanceRequest) Reset() {
 	*x = ReleaseInstanceRequest{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[16]
+	mi := &file_skipper_v1_controller_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1457,7 @@ func (x *ReleaseInstanceRequest) String() string {
 func (*ReleaseInstanceRequest) ProtoMessage() {}
 
 func (x *ReleaseInstanceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[16]
+	mi := &file_skipper_v1_controller_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1470,7 @@ func (x *ReleaseInstanceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseInstanceRequest.ProtoReflect.Descriptor instead.
 func (*ReleaseInstanceRequest) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{16}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReleaseInstanceRequest) GetFunction() *FunctionRef {
@@ -1359,7 +1509,7 @@ type ReleaseInstanceResponse struct {
 
 func (x *ReleaseInstanceResponse) Reset() {
 	*x = ReleaseInstanceResponse{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[17]
+	mi := &file_skipper_v1_controller_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1371,7 +1521,7 @@ func (x *ReleaseInstanceResponse) String() string {
 func (*ReleaseInstanceResponse) ProtoMessage() {}
 
 func (x *ReleaseInstanceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[17]
+	mi := &file_skipper_v1_controller_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1384,7 +1534,7 @@ func (x *ReleaseInstanceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReleaseInstanceResponse.ProtoReflect.Descriptor instead.
 func (*ReleaseInstanceResponse) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{17}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{19}
 }
 
 type GetStateRequest struct {
@@ -1397,7 +1547,7 @@ type GetStateRequest struct {
 
 func (x *GetStateRequest) Reset() {
 	*x = GetStateRequest{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[18]
+	mi := &file_skipper_v1_controller_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1559,7 @@ func (x *GetStateRequest) String() string {
 func (*GetStateRequest) ProtoMessage() {}
 
 func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[18]
+	mi := &file_skipper_v1_controller_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1572,7 @@ func (x *GetStateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateRequest.ProtoReflect.Descriptor instead.
 func (*GetStateRequest) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{18}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetStateRequest) GetFunction() *FunctionRef {
@@ -1445,7 +1595,7 @@ type GetStateResponse struct {
 
 func (x *GetStateResponse) Reset() {
 	*x = GetStateResponse{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[19]
+	mi := &file_skipper_v1_controller_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1607,7 @@ func (x *GetStateResponse) String() string {
 func (*GetStateResponse) ProtoMessage() {}
 
 func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[19]
+	mi := &file_skipper_v1_controller_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1620,7 @@ func (x *GetStateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetStateResponse.ProtoReflect.Descriptor instead.
 func (*GetStateResponse) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{19}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetStateResponse) GetController() string {
@@ -1524,7 +1674,7 @@ type FunctionState struct {
 
 func (x *FunctionState) Reset() {
 	*x = FunctionState{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[20]
+	mi := &file_skipper_v1_controller_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1686,7 @@ func (x *FunctionState) String() string {
 func (*FunctionState) ProtoMessage() {}
 
 func (x *FunctionState) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[20]
+	mi := &file_skipper_v1_controller_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1699,7 @@ func (x *FunctionState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionState.ProtoReflect.Descriptor instead.
 func (*FunctionState) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{20}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FunctionState) GetFunction() *FunctionRef {
@@ -1619,7 +1769,7 @@ type RouterState struct {
 
 func (x *RouterState) Reset() {
 	*x = RouterState{}
-	mi := &file_skipper_v1_controller_proto_msgTypes[21]
+	mi := &file_skipper_v1_controller_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1631,7 +1781,7 @@ func (x *RouterState) String() string {
 func (*RouterState) ProtoMessage() {}
 
 func (x *RouterState) ProtoReflect() protoreflect.Message {
-	mi := &file_skipper_v1_controller_proto_msgTypes[21]
+	mi := &file_skipper_v1_controller_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1644,7 +1794,7 @@ func (x *RouterState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RouterState.ProtoReflect.Descriptor instead.
 func (*RouterState) Descriptor() ([]byte, []int) {
-	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{21}
+	return file_skipper_v1_controller_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RouterState) GetRouter() *RouterIdentity {
@@ -1750,17 +1900,29 @@ const file_skipper_v1_controller_proto_rawDesc = "" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node\"\x8c\x01\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\"\xbb\x01\n" +
 	"\x0eFunctionConfig\x12+\n" +
 	"\x11concurrency_limit\x18\x01 \x01(\rR\x10concurrencyLimit\x12\x18\n" +
 	"\aoneshot\x18\x02 \x01(\bR\aoneshot\x123\n" +
-	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xf2\x01\n" +
+	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12-\n" +
+	"\acallers\x18\x04 \x01(\v2\x13.skipper.v1.CallersR\acallers\"T\n" +
+	"\aCallers\x12\x1e\n" +
+	"\n" +
+	"namespaces\x18\x01 \x03(\tR\n" +
+	"namespaces\x12)\n" +
+	"\x10service_accounts\x18\x02 \x03(\tR\x0fserviceAccounts\"{\n" +
+	"\x06Caller\x12\x18\n" +
+	"\aunknown\x18\x01 \x01(\bR\aunknown\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12'\n" +
+	"\x0fservice_account\x18\x03 \x01(\tR\x0eserviceAccount\x12\x10\n" +
+	"\x03pod\x18\x04 \x01(\tR\x03pod\"\x9e\x02\n" +
 	"\x12GetInstanceRequest\x123\n" +
 	"\bfunction\x18\x01 \x01(\v2\x17.skipper.v1.FunctionRefR\bfunction\x122\n" +
 	"\x06router\x18\x02 \x01(\v2\x1a.skipper.v1.RouterIdentityR\x06router\x12)\n" +
 	"\x10known_generation\x18\x03 \x01(\x04R\x0fknownGeneration\x12\x1c\n" +
 	"\tforwarded\x18\x04 \x01(\bR\tforwarded\x12*\n" +
-	"\x11unusable_pod_uids\x18\x05 \x03(\tR\x0funusablePodUids\"\x9a\x02\n" +
+	"\x11unusable_pod_uids\x18\x05 \x03(\tR\x0funusablePodUids\x12*\n" +
+	"\x06caller\x18\x06 \x01(\v2\x12.skipper.v1.CallerR\x06caller\"\x9a\x02\n" +
 	"\x13GetInstanceResponse\x123\n" +
 	"\bfunction\x18\x01 \x01(\v2\x17.skipper.v1.FunctionRefR\bfunction\x12\x1e\n" +
 	"\n" +
@@ -1826,7 +1988,7 @@ func file_skipper_v1_controller_proto_rawDescGZIP() []byte {
 }
 
 var file_skipper_v1_controller_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_skipper_v1_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_skipper_v1_controller_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_skipper_v1_controller_proto_goTypes = []any{
 	(ProtocolVersion)(0),            // 0: skipper.v1.ProtocolVersion
 	(*FunctionRef)(nil),             // 1: skipper.v1.FunctionRef
@@ -1843,16 +2005,18 @@ var file_skipper_v1_controller_proto_goTypes = []any{
 	(*AssignmentUpdate)(nil),        // 12: skipper.v1.AssignmentUpdate
 	(*Instance)(nil),                // 13: skipper.v1.Instance
 	(*FunctionConfig)(nil),          // 14: skipper.v1.FunctionConfig
-	(*GetInstanceRequest)(nil),      // 15: skipper.v1.GetInstanceRequest
-	(*GetInstanceResponse)(nil),     // 16: skipper.v1.GetInstanceResponse
-	(*ReleaseInstanceRequest)(nil),  // 17: skipper.v1.ReleaseInstanceRequest
-	(*ReleaseInstanceResponse)(nil), // 18: skipper.v1.ReleaseInstanceResponse
-	(*GetStateRequest)(nil),         // 19: skipper.v1.GetStateRequest
-	(*GetStateResponse)(nil),        // 20: skipper.v1.GetStateResponse
-	(*FunctionState)(nil),           // 21: skipper.v1.FunctionState
-	(*RouterState)(nil),             // 22: skipper.v1.RouterState
-	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),     // 24: google.protobuf.Duration
+	(*Callers)(nil),                 // 15: skipper.v1.Callers
+	(*Caller)(nil),                  // 16: skipper.v1.Caller
+	(*GetInstanceRequest)(nil),      // 17: skipper.v1.GetInstanceRequest
+	(*GetInstanceResponse)(nil),     // 18: skipper.v1.GetInstanceResponse
+	(*ReleaseInstanceRequest)(nil),  // 19: skipper.v1.ReleaseInstanceRequest
+	(*ReleaseInstanceResponse)(nil), // 20: skipper.v1.ReleaseInstanceResponse
+	(*GetStateRequest)(nil),         // 21: skipper.v1.GetStateRequest
+	(*GetStateResponse)(nil),        // 22: skipper.v1.GetStateResponse
+	(*FunctionState)(nil),           // 23: skipper.v1.FunctionState
+	(*RouterState)(nil),             // 24: skipper.v1.RouterState
+	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),     // 26: google.protobuf.Duration
 }
 var file_skipper_v1_controller_proto_depIdxs = []int32{
 	0,  // 0: skipper.v1.RouterIdentity.protocol_version:type_name -> skipper.v1.ProtocolVersion
@@ -1862,8 +2026,8 @@ var file_skipper_v1_controller_proto_depIdxs = []int32{
 	2,  // 4: skipper.v1.Hello.router:type_name -> skipper.v1.RouterIdentity
 	5,  // 5: skipper.v1.Hello.subscriptions:type_name -> skipper.v1.Subscription
 	1,  // 6: skipper.v1.Subscription.function:type_name -> skipper.v1.FunctionRef
-	23, // 7: skipper.v1.Report.time:type_name -> google.protobuf.Timestamp
-	24, // 8: skipper.v1.Report.interval:type_name -> google.protobuf.Duration
+	25, // 7: skipper.v1.Report.time:type_name -> google.protobuf.Timestamp
+	26, // 8: skipper.v1.Report.interval:type_name -> google.protobuf.Duration
 	7,  // 9: skipper.v1.Report.functions:type_name -> skipper.v1.FunctionReport
 	1,  // 10: skipper.v1.FunctionReport.function:type_name -> skipper.v1.FunctionRef
 	8,  // 11: skipper.v1.FunctionReport.instances:type_name -> skipper.v1.InstanceReport
@@ -1871,39 +2035,41 @@ var file_skipper_v1_controller_proto_depIdxs = []int32{
 	11, // 13: skipper.v1.ControllerMessage.welcome:type_name -> skipper.v1.Welcome
 	12, // 14: skipper.v1.ControllerMessage.update:type_name -> skipper.v1.AssignmentUpdate
 	0,  // 15: skipper.v1.Welcome.protocol_version:type_name -> skipper.v1.ProtocolVersion
-	24, // 16: skipper.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
+	26, // 16: skipper.v1.Welcome.report_interval:type_name -> google.protobuf.Duration
 	1,  // 17: skipper.v1.AssignmentUpdate.function:type_name -> skipper.v1.FunctionRef
 	13, // 18: skipper.v1.AssignmentUpdate.instances:type_name -> skipper.v1.Instance
 	14, // 19: skipper.v1.AssignmentUpdate.config:type_name -> skipper.v1.FunctionConfig
-	24, // 20: skipper.v1.FunctionConfig.timeout:type_name -> google.protobuf.Duration
-	1,  // 21: skipper.v1.GetInstanceRequest.function:type_name -> skipper.v1.FunctionRef
-	2,  // 22: skipper.v1.GetInstanceRequest.router:type_name -> skipper.v1.RouterIdentity
-	1,  // 23: skipper.v1.GetInstanceResponse.function:type_name -> skipper.v1.FunctionRef
-	13, // 24: skipper.v1.GetInstanceResponse.instances:type_name -> skipper.v1.Instance
-	14, // 25: skipper.v1.GetInstanceResponse.config:type_name -> skipper.v1.FunctionConfig
-	13, // 26: skipper.v1.GetInstanceResponse.instance:type_name -> skipper.v1.Instance
-	1,  // 27: skipper.v1.ReleaseInstanceRequest.function:type_name -> skipper.v1.FunctionRef
-	2,  // 28: skipper.v1.ReleaseInstanceRequest.router:type_name -> skipper.v1.RouterIdentity
-	1,  // 29: skipper.v1.GetStateRequest.function:type_name -> skipper.v1.FunctionRef
-	21, // 30: skipper.v1.GetStateResponse.functions:type_name -> skipper.v1.FunctionState
-	22, // 31: skipper.v1.GetStateResponse.routers:type_name -> skipper.v1.RouterState
-	1,  // 32: skipper.v1.FunctionState.function:type_name -> skipper.v1.FunctionRef
-	13, // 33: skipper.v1.FunctionState.instances:type_name -> skipper.v1.Instance
-	2,  // 34: skipper.v1.RouterState.router:type_name -> skipper.v1.RouterIdentity
-	23, // 35: skipper.v1.RouterState.last_report:type_name -> google.protobuf.Timestamp
-	3,  // 36: skipper.v1.Controller.Connect:input_type -> skipper.v1.RouterMessage
-	15, // 37: skipper.v1.Controller.GetInstance:input_type -> skipper.v1.GetInstanceRequest
-	17, // 38: skipper.v1.Controller.ReleaseInstance:input_type -> skipper.v1.ReleaseInstanceRequest
-	19, // 39: skipper.v1.Controller.GetState:input_type -> skipper.v1.GetStateRequest
-	10, // 40: skipper.v1.Controller.Connect:output_type -> skipper.v1.ControllerMessage
-	16, // 41: skipper.v1.Controller.GetInstance:output_type -> skipper.v1.GetInstanceResponse
-	18, // 42: skipper.v1.Controller.ReleaseInstance:output_type -> skipper.v1.ReleaseInstanceResponse
-	20, // 43: skipper.v1.Controller.GetState:output_type -> skipper.v1.GetStateResponse
-	40, // [40:44] is the sub-list for method output_type
-	36, // [36:40] is the sub-list for method input_type
-	36, // [36:36] is the sub-list for extension type_name
-	36, // [36:36] is the sub-list for extension extendee
-	0,  // [0:36] is the sub-list for field type_name
+	26, // 20: skipper.v1.FunctionConfig.timeout:type_name -> google.protobuf.Duration
+	15, // 21: skipper.v1.FunctionConfig.callers:type_name -> skipper.v1.Callers
+	1,  // 22: skipper.v1.GetInstanceRequest.function:type_name -> skipper.v1.FunctionRef
+	2,  // 23: skipper.v1.GetInstanceRequest.router:type_name -> skipper.v1.RouterIdentity
+	16, // 24: skipper.v1.GetInstanceRequest.caller:type_name -> skipper.v1.Caller
+	1,  // 25: skipper.v1.GetInstanceResponse.function:type_name -> skipper.v1.FunctionRef
+	13, // 26: skipper.v1.GetInstanceResponse.instances:type_name -> skipper.v1.Instance
+	14, // 27: skipper.v1.GetInstanceResponse.config:type_name -> skipper.v1.FunctionConfig
+	13, // 28: skipper.v1.GetInstanceResponse.instance:type_name -> skipper.v1.Instance
+	1,  // 29: skipper.v1.ReleaseInstanceRequest.function:type_name -> skipper.v1.FunctionRef
+	2,  // 30: skipper.v1.ReleaseInstanceRequest.router:type_name -> skipper.v1.RouterIdentity
+	1,  // 31: skipper.v1.GetStateRequest.function:type_name -> skipper.v1.FunctionRef
+	23, // 32: skipper.v1.GetStateResponse.functions:type_name -> skipper.v1.FunctionState
+	24, // 33: skipper.v1.GetStateResponse.routers:type_name -> skipper.v1.RouterState
+	1,  // 34: skipper.v1.FunctionState.function:type_name -> skipper.v1.FunctionRef
+	13, // 35: skipper.v1.FunctionState.instances:type_name -> skipper.v1.Instance
+	2,  // 36: skipper.v1.RouterState.router:type_name -> skipper.v1.RouterIdentity
+	25, // 37: skipper.v1.RouterState.last_report:type_name -> google.protobuf.Timestamp
+	3,  // 38: skipper.v1.Controller.Connect:input_type -> skipper.v1.RouterMessage
+	17, // 39: skipper.v1.Controller.GetInstance:input_type -> skipper.v1.GetInstanceRequest
+	19, // 40: skipper.v1.Controller.ReleaseInstance:input_type -> skipper.v1.ReleaseInstanceRequest
+	21, // 41: skipper.v1.Controller.GetState:input_type -> skipper.v1.GetStateRequest
+	10, // 42: skipper.v1.Controller.Connect:output_type -> skipper.v1.ControllerMessage
+	18, // 43: skipper.v1.Controller.GetInstance:output_type -> skipper.v1.GetInstanceResponse
+	20, // 44: skipper.v1.Controller.ReleaseInstance:output_type -> skipper.v1.ReleaseInstanceResponse
+	22, // 45: skipper.v1.Controller.GetState:output_type -> skipper.v1.GetStateResponse
+	42, // [42:46] is the sub-list for method output_type
+	38, // [38:42] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_skipper_v1_controller_proto_init() }
@@ -1927,7 +2093,7 @@ func file_skipper_v1_controller_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_skipper_v1_controller_proto_rawDesc), len(file_skipper_v1_controller_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   22,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

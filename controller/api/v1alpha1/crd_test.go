@@ -23,6 +23,7 @@ type openAPISchema struct {
 	Minimum       *int64                   `json:"minimum"`
 	MaxLength     *int64                   `json:"maxLength"`
 	MaxProperties *int64                   `json:"maxProperties"`
+	MaxItems      *int64                   `json:"maxItems"`
 	Validations   []struct {
 		Rule    string `json:"rule"`
 		Message string `json:"message"`
@@ -132,6 +133,11 @@ func TestCRDBounds(t *testing.T) {
 	} {
 		if !strings.Contains(rules(cfg), want) {
 			t.Errorf("spec.config: rules %q lack %q", rules(cfg), want)
+		}
+	}
+	for _, list := range []string{"namespaces", "serviceAccounts"} {
+		if s := spec.Properties["callers"].Properties[list]; s.MaxItems == nil || *s.MaxItems != MaxCallers {
+			t.Errorf("spec.callers.%s: maxItems %v, want %d", list, deref(s.MaxItems), MaxCallers)
 		}
 	}
 	if want := fmt.Sprintf("self.metadata.name.size() <= %d", MaxNameLength); !strings.Contains(rules(root), want) {

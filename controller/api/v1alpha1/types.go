@@ -57,6 +57,7 @@ const (
 	MaxConfigEntries     = 64
 	MaxConfigKeyLength   = 253
 	MaxConfigValueLength = 4096
+	MaxCallers           = 64
 )
 
 // SchemeGroupVersion is the group version used to register these objects.
@@ -181,7 +182,41 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.all(k, k.size() >= 1 && k.size() <= 253 && self[k].size() <= 4096)",message="config keys must be 1 to 253 characters and values at most 4096 characters"
 	// +optional
 	Config map[string]string `json:"config,omitempty"`
+
+	// Callers limits who may call the function. Unset, or both lists
+	// empty: any caller in the cluster (any pod, and anything else that
+	// reaches a router). With either list set, a call is served only when
+	// the router identifies the calling pod (from the connection's source
+	// address, or a sidecar router's own pod) and its namespace or
+	// ServiceAccount is listed; other calls get 403 caller_unknown or
+	// caller_denied.
+	// +optional
+	Callers Callers `json:"callers,omitempty"`
 }
+
+// Callers are the namespaces and ServiceAccounts allowed to call a
+// function. A caller is allowed when either list names it.
+type Callers struct {
+	// Namespaces whose pods may call the function: DNS labels, at most 64.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+
+	// ServiceAccounts whose pods may call the function, as
+	// "<namespace>/<name>": at most 64.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+}
+
+// Empty reports callers that allow any caller.
+func (c *Callers) Empty() bool { return len(c.Namespaces) == 0 && len(c.ServiceAccounts) == 0 }
 
 // Scaling holds the per-instance averages the autoscaler aims for. A zero
 // CPU or memory target leaves that metric out of the decision.

@@ -1,0 +1,98 @@
+package noderouter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"skipper.dev/skipper/noderouter/callers"
+)
+
+// callerOf is a pod's entry in the caller index: its identity and the IPs
+// calls from it come from. No IPs: it is not indexed (not started yet,
+// finished, or on the host's network, whose address is the node's and
+// names no one pod).
+func callerOf(p *corev1.Pod) (callers.Identity, []netip.Addr) {
+	id := callers.Identity{Namespace: p.Namespace, ServiceAccount: p.Spec.ServiceAccountName, Pod: p.Namespace + "/" + p.Name}
+	if id.ServiceAccount == "" {
+		id.ServiceAccount = "default"
+	}
+	if p.Spec.HostNetwork || p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodRunning ||
+		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return id, nil
+	}
+	var ips []netip.Addr
+	for _, s := range p.Status.PodIPs {
+		if ip, err := netip.ParseAddr(s.IP); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	if len(ips) == 0 && p.Status.PodIP != "" {
+		if ip, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			ips = append(ips, ip)
+		}
+	}
+	return id, ips
+}
+
+// slimPod keeps of a pod what callerOf reads, so that a router's cache of
+// every pod in the cluster stays small (an informer transform).
+func slimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a tombstone: the informer's own
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp},
+		Spec:   corev1.PodSpec{ServiceAccountName: p.Spec.ServiceAccountName, HostNetwork: p.Spec.HostNetwork},
+		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
+	}, nil
+}
+
+// watchCallers keeps idx in step with the cluster's pods until ctx ends;
+// synced is called once the first list is in.
+func watchCallers(ctx context.Context, cs kubernetes.Interface, idx *callers.Index, log *slog.Logger, synced func()) error {
+	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimPod))
+	inf := f.Core().V1().Pods().Informer()
+	set := func(obj any) {
+		if p, ok := obj.(*corev1.Pod); ok {
+			id, ips := callerOf(p)
+			idx.Set(string(p.UID), id, ips)
+		}
+	}
+	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    set,
+		UpdateFunc: func(_, obj any) { set(obj) },
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if p, ok := obj.(*corev1.Pod); ok {
+				idx.Delete(string(p.UID))
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("pod handler: %w", err)
+	}
+	f.Start(ctx.Done())
+	defer f.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("pod informer never synced")
+	}
+	log.Info("caller index synced", "ips", idx.Len())
+	synced()
+	<-ctx.Done()
+	return nil
+}
