@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync/atomic"
 	"testing"
 
@@ -93,16 +94,28 @@ func TestCallersChecked(t *testing.T) {
 			who.Store(nil)
 			return
 		}
-		who.Store(&callers.Identity{Namespace: ns, ServiceAccount: "default", Pod: ns + "/caller"})
+		id := callers.NewIdentity(ns, "default", "caller")
+		who.Store(&id)
 	}
 	expect := func(fn string, want int, reason string) {
 		t.Helper()
 		// A new connection each time: one handed over (a cold call) stays
 		// on the goroutine path, and the event loops are to be seen too.
 		h.client.Transport.(*http.Transport).CloseIdleConnections()
-		r := h.call(t, fn)
+		// A caller's own X-Skipper-Caller never reaches an instance.
+		r := h.do(t, "GET", "/hello", map[string]string{"X-Skipper-Function": fn, HeaderCaller: "forged/admin"}, "")
 		if r.status != want {
 			t.Fatalf("%s: %d %s, want %d", fn, r.status, r.body, want)
+		}
+		if want == 200 {
+			got := decodeEcho(t, r).Headers[HeaderCaller]
+			wantCaller := []string(nil)
+			if fn == "default/private" {
+				wantCaller = []string{who.Load().Account} // the instance is told who calls
+			}
+			if !slices.Equal(got, wantCaller) {
+				t.Fatalf("%s: the instance saw %s %q, want %q", fn, HeaderCaller, got, wantCaller)
+			}
 		}
 		if reason == "" {
 			return

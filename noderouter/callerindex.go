@@ -21,10 +21,11 @@ import (
 // finished, or on the host's network, whose address is the node's and
 // names no one pod).
 func callerOf(p *corev1.Pod) (callers.Identity, []netip.Addr) {
-	id := callers.Identity{Namespace: p.Namespace, ServiceAccount: p.Spec.ServiceAccountName, Pod: p.Namespace + "/" + p.Name}
-	if id.ServiceAccount == "" {
-		id.ServiceAccount = "default"
+	sa := p.Spec.ServiceAccountName
+	if sa == "" {
+		sa = "default"
 	}
+	id := callers.NewIdentity(p.Namespace, sa, p.Name)
 	if p.Spec.HostNetwork || p.DeletionTimestamp != nil && p.Status.Phase != corev1.PodRunning ||
 		p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 		return id, nil

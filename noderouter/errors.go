@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -86,7 +87,7 @@ func controllerAnswer(err error) (answer, string) {
 			msg: "no instance became ready within the cold-start timeout: " + msg, retryAfter: true, known: true}, resultDeadlineExceeded
 	case codes.PermissionDenied:
 		if r := callerRefusal(st); r != "" {
-			return answer{status: http.StatusForbidden, reason: r, msg: msg, known: true}, resultCallerRefused
+			return answer{status: http.StatusForbidden, reason: r, msg: strings.TrimPrefix(msg, r+": "), known: true}, resultCallerRefused
 		}
 		return answer{status: http.StatusServiceUnavailable, reason: reasonControllerError,
 			msg: fmt.Sprintf("%s: %s", st.Code(), msg), retryAfter: true}, resultError

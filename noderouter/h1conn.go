@@ -35,8 +35,10 @@ type h1conn struct {
 	// forIP is the caller's address as X-Forwarded-For and Forwarded
 	// name it.
 	forIP, forwardedFor string
-	// ip is the caller's address, which tells who it is (spec.callers).
-	ip netip.Addr
+	// ip is the caller's address, which tells who it is (spec.callers);
+	// account is who, for X-Skipper-Caller ("": not sent), per request.
+	ip      netip.Addr
+	account string
 
 	idle atomic.Bool // waiting for a request (Shutdown closes it then)
 	// waitDeadline: the read deadline of the wait for a request head is
@@ -265,7 +267,7 @@ func (c *h1conn) lingerClose() {
 // startRequest resets the per-request state after a head was read.
 func (c *h1conn) startRequest() {
 	c.sent, c.bodyDone, c.closeAfter = false, c.req.Framing().Kind == h1.BodyNone, !c.req.KeepAlive()
-	c.add, c.rewritten = c.add[:0], false
+	c.add, c.rewritten, c.account = c.add[:0], false, ""
 	c.left.Store(false)
 }
 
@@ -290,11 +292,12 @@ func (c *h1conn) functionHeader() string {
 	return ""
 }
 
-func (c *h1conn) host() string           { return string(c.req.Host()) }
-func (c *h1conn) callerAddr() netip.Addr { return c.ip }
-func (c *h1conn) method() string         { return string(c.req.Method()) }
-func (c *h1conn) idempotencyKey() bool   { _, ok := c.req.Get(HeaderIdempotencyKey); return ok }
-func (c *h1conn) bodyStarted() bool      { return c.sent }
+func (c *h1conn) host() string             { return string(c.req.Host()) }
+func (c *h1conn) callerAddr() netip.Addr   { return c.ip }
+func (c *h1conn) setCaller(account string) { c.account = account }
+func (c *h1conn) method() string           { return string(c.req.Method()) }
+func (c *h1conn) idempotencyKey() bool     { _, ok := c.req.Get(HeaderIdempotencyKey); return ok }
+func (c *h1conn) bodyStarted() bool        { return c.sent }
 
 // failedBefore hands the loop's failed send to the first request only.
 func (c *h1conn) failedBefore() *priorSend {

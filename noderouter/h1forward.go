@@ -167,16 +167,18 @@ func (c *h1conn) rewriteRequest() {
 		return
 	}
 	c.rewritten = true
-	c.scratch, c.add = forwardFields(&c.req, c.forIP, c.forwardedFor, c.scratch, c.add)
+	c.scratch, c.add = forwardFields(&c.req, c.forIP, c.forwardedFor, c.account, c.scratch, c.add)
 }
 
 // forwardFields marks r's fields not forwarded and returns the fields to
 // add (reusing add; their values in scratch, reused too) for a caller at
-// forIP (forwardedFor as Forwarded names it).
-func forwardFields(r *h1.Request, forIP, forwardedFor string, scratch []byte, add []h1.Field) ([]byte, []h1.Field) {
+// forIP (forwardedFor as Forwarded names it) of ServiceAccount account
+// ("": X-Skipper-Caller is not sent).
+func forwardFields(r *h1.Request, forIP, forwardedFor, account string, scratch []byte, add []h1.Field) ([]byte, []h1.Field) {
 	upgrade := r.Upgrade()
 	r.DropHopByHop()
 	r.Drop(HeaderFunction)
+	r.Drop(HeaderCaller)
 	if r.ExpectContinue() {
 		// Answered here (100 before the body is read), not forwarded.
 		r.Drop("Expect")
@@ -206,6 +208,11 @@ func forwardFields(r *h1.Request, forIP, forwardedFor string, scratch []byte, ad
 		add = append(add, h1.Field{Name: "X-Forwarded-Proto", Value: protoHTTP})
 	}
 	add = append(add, h1.Field{Name: "Forwarded", Value: s[fwd:fwdEnd]})
+	if account != "" {
+		at := len(s)
+		s = append(s, account...)
+		add = append(add, h1.Field{Name: HeaderCaller, Value: s[at:]})
+	}
 	if r.Absolute() || r.Count("Host") == 0 {
 		r.Drop("Host")
 		add = append(add, h1.Field{Name: "Host", Value: r.Host()})

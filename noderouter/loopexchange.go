@@ -29,6 +29,7 @@ type lexchange struct {
 	keepAlive bool
 	fresh     bool      // sent again on a new connection (failed)
 	leftAt    time.Time // the caller shut its side down (zero: not)
+	account   string    // X-Skipper-Caller ("": not sent)
 }
 
 // headEnd is the length of the message head at the front of b: through
@@ -140,11 +141,14 @@ func (l *evloop) begin(c *lconn, hlen int) {
 		l.handOver(c, handoverCold) // cold, or oneshot: GetInstance
 		return
 	}
+	account := ""
 	if pol := a.Config.Callers; pol != nil {
-		if id, ok := p.identify(c.ip); !ok || !pol.Allows(id) {
+		id, ok := p.identify(c.ip)
+		if !ok || !pol.Allows(id) {
 			l.handOver(c, handoverCaller) // refused there, with its answer and count
 			return
 		}
+		account = id.Account
 	}
 	counted := p.maxInFlight > 0
 	if counted && p.inFlight.Add(1) > p.maxInFlight {
@@ -168,7 +172,7 @@ func (l *evloop) begin(c *lconn, hlen int) {
 		timeout = a.Config.Timeout
 	}
 	c.x = lexchange{busy: true, hlen: hlen, head: r.IsHEAD(), minor: r.Minor(), counted: counted,
-		ref: ref, e: e, in: in, start: start, keepAlive: r.KeepAlive()}
+		ref: ref, e: e, in: in, start: start, keepAlive: r.KeepAlive(), account: account}
 	if timeout > 0 {
 		c.x.deadline = start.Add(timeout)
 		l.sweepBy(c.x.deadline) // a short function timeout is kept to the millisecond
@@ -194,7 +198,7 @@ func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
 		l.failed(c, err, false)
 		return
 	}
-	l.scratch, l.fields = forwardFields(&l.req, c.forIP, c.forwardedFor, l.scratch, l.fields)
+	l.scratch, l.fields = forwardFields(&l.req, c.forIP, c.forwardedFor, c.x.account, l.scratch, l.fields)
 	l.fdw.c = up
 	err = h1.WriteRequest(l.bw, &l.req, l.fields)
 	if err == nil {

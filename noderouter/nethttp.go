@@ -89,12 +89,15 @@ type httpExchange struct {
 	body   *trackedBody
 	at     attempt
 	abort  bool
+	// account is X-Skipper-Caller's value ("": not sent).
+	account string
 }
 
 // attempt is one send of a request, reached from the ReverseProxy hooks
 // through the outgoing request's context.
 type attempt struct {
 	instance *route.Instance
+	account  string // X-Skipper-Caller ("": not sent)
 	status   int
 	err      error
 }
@@ -103,8 +106,9 @@ type attemptKey struct{}
 
 func attemptOf(r *http.Request) *attempt { return r.Context().Value(attemptKey{}).(*attempt) }
 
-func (x *httpExchange) functionHeader() string { return x.r.Header.Get(HeaderFunction) }
-func (x *httpExchange) host() string           { return x.r.Host }
+func (x *httpExchange) functionHeader() string   { return x.r.Header.Get(HeaderFunction) }
+func (x *httpExchange) host() string             { return x.r.Host }
+func (x *httpExchange) setCaller(account string) { x.account = account }
 func (x *httpExchange) callerAddr() netip.Addr {
 	ap, err := netip.ParseAddrPort(x.r.RemoteAddr)
 	if err != nil {
@@ -148,7 +152,7 @@ func (x *httpExchange) send(in *route.Instance, deadline time.Time) (res result)
 			x.out.Body = x.body
 		}
 	}
-	x.at = attempt{instance: in}
+	x.at = attempt{instance: in, account: x.account}
 	defer func() {
 		// An exchange that breaks after the response's header (the caller
 		// went away, the instance died mid-body) aborts the copy with
@@ -179,6 +183,10 @@ func rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.URL.Host = a.instance.Address
 	pr.Out.Host = pr.In.Host // the instance sees the Host the caller used
 	pr.Out.Header.Del(HeaderFunction)
+	pr.Out.Header.Del(HeaderCaller)
+	if a.account != "" {
+		pr.Out.Header[HeaderCaller] = []string{a.account}
+	}
 	// Rewrite strips inbound Forwarded and X-Forwarded-*. Keep the chains
 	// from callers such as an ingress and append this hop; keep their
 	// X-Forwarded-Host/Proto, which describe the original request.

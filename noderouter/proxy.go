@@ -18,6 +18,12 @@ import (
 // the request is forwarded.
 const HeaderFunction = "X-Skipper-Function"
 
+// HeaderCaller tells an instance of a function that lists callers
+// (spec.callers) who the request came from: "<namespace>/<serviceaccount>"
+// of the calling pod, as the router identified it. A caller's own is
+// always removed.
+const HeaderCaller = "X-Skipper-Caller"
+
 // resolver is the control plane as the request path sees it.
 type resolver interface {
 	// resolve fills the cache on a miss: it asks the function's owner for
@@ -72,6 +78,9 @@ type exchange interface {
 	// callerAddr is the caller's source address (the zero Addr when not
 	// known), which tells who the caller is (spec.callers).
 	callerAddr() netip.Addr
+	// setCaller has the request forwarded with X-Skipper-Caller: account
+	// (a function that lists callers; set before send).
+	setCaller(account string)
 	// answer writes the router's own answer; function names it ("" when
 	// unnamed).
 	answer(a answer, function string)
@@ -221,10 +230,12 @@ func (p *proxy) serve(ex exchange) {
 		p.m.cacheHit.Inc()
 	}
 	if a.Config.Callers != nil {
-		if ans, ok := callerRefused(a.Config.Callers, p.callerAt(ex.callerAddr()), ref); !ok {
+		who := p.callerAt(ex.callerAddr())
+		if ans, ok := callerRefused(a.Config.Callers, who, ref); !ok {
 			p.finish(ex, e, ans, ref)
 			return
 		}
+		ex.setCaller(who.id.Account)
 	}
 
 	timeout := p.requestTimeout

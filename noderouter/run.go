@@ -144,8 +144,7 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 	rt.callersSynced.Store(true)
 	switch {
 	case cfg.Mode == ModeSidecar && cfg.PodNamespace != "" && cfg.PodServiceAccount != "":
-		rt.proxy.identify = ownPod(callers.Identity{Namespace: cfg.PodNamespace, ServiceAccount: cfg.PodServiceAccount,
-			Pod: cfg.PodNamespace + "/" + cfg.PodName})
+		rt.proxy.identify = ownPod(callers.NewIdentity(cfg.PodNamespace, cfg.PodServiceAccount, cfg.PodName))
 	case cfg.Mode == ModeSidecar:
 		log.Warn("--pod-namespace or --pod-service-account unset: calls to functions that list callers will be refused (caller_unknown)")
 	case cfg.CallerIndex && len(cfg.ControllerAddresses) == 0:

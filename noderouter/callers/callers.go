@@ -19,6 +19,15 @@ type Identity struct {
 	ServiceAccount string
 	// Pod is "<namespace>/<name>", for logs and the controller's refusals.
 	Pod string
+	// Account is "<namespace>/<serviceaccount>", made once (NewIdentity):
+	// routers hand it to instances in X-Skipper-Caller.
+	Account string
+}
+
+// NewIdentity is the identity of pod (a name) of ServiceAccount sa in
+// namespace ns.
+func NewIdentity(ns, sa, pod string) Identity {
+	return Identity{Namespace: ns, ServiceAccount: sa, Pod: ns + "/" + pod, Account: ns + "/" + sa}
 }
 
 // Policy is a function's callers: a caller is allowed when its namespace
