@@ -112,6 +112,13 @@ type Config struct {
 	// TokenFile is this replica's own projected token (audience skipper),
 	// sent on requests it forwards to the owner; empty sends none.
 	TokenFile string
+	// TLSDir holds tls.crt, tls.key and ca.crt (a cert-manager Secret):
+	// the gRPC port serves TLS with them and forwards verify the owner
+	// against ca.crt. Empty: plaintext.
+	TLSDir string
+	// TLSServerName is the name replicas' certificates carry and forwards
+	// verify; empty: <ControllerService>.<PodNamespace>.svc.
+	TLSServerName string
 }
 
 // DefaultConfig returns the defaults every flag starts from.
@@ -218,6 +225,8 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.ControllerServiceAccount, "controller-service-account", "", "`namespace/name` of the replicas' own ServiceAccount, the only one that may forward requests and call GetState; empty: <pod-namespace>/skipper-controller")
 	fs.StringVar(&c.DebugGroup, "debug-group", "", "`group` whose members may also call GetState; empty: none")
 	fs.StringVar(&c.TokenFile, "token-file", c.TokenFile, "`file` of this replica's projected ServiceAccount token (audience skipper), sent when it forwards a request to the owner; empty: none")
+	fs.StringVar(&c.TLSDir, "tls-dir", "", "`directory` holding tls.crt, tls.key and ca.crt (a cert-manager Secret, mounted): the gRPC port serves TLS with them, and forwards to other replicas verify them against ca.crt and --tls-server-name; re-read within a second of a change, the last good files kept when new ones do not parse; a bad directory fails the start; empty: plaintext")
+	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "DNS `name` every replica's certificate carries, verified on forwards whatever pod IP is dialled (routers verify the same name); empty: <controller-service>.<pod-namespace>.svc")
 
 	// Env fallbacks are applied as if given first on the command line, so the
 	// command line wins and every value goes through the flag's own parser.
@@ -393,6 +402,11 @@ func (c Config) Validate() error {
 	} {
 		if _, err := c.serviceAccount(sa.v, ""); sa.v != "" && err != nil {
 			add("%s %v", sa.flag, err)
+		}
+	}
+	if c.TLSServerName != "" {
+		if msgs := validation.IsDNS1123Subdomain(c.TLSServerName); len(msgs) > 0 {
+			add("--tls-server-name %q: %s", c.TLSServerName, strings.Join(msgs, "; "))
 		}
 	}
 	return errors.Join(errs...)

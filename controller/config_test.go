@@ -86,6 +86,12 @@ func TestParseConfig(t *testing.T) {
 				c.ScaleInterval, c.MaxParallelClaims, c.DrainTimeout, c.ScaleDownStabilization = 200*time.Millisecond, 3, 4*time.Second, 5*time.Second
 			}),
 		},
+		{
+			name: "TLS flags and env",
+			args: []string{"--tls-dir=/etc/skipper/tls"},
+			env:  map[string]string{"SKIPPER_TLS_SERVER_NAME": "ctl.example.svc"},
+			want: base(func(c *Config) { c.TLSDir, c.TLSServerName = "/etc/skipper/tls", "ctl.example.svc" }),
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -190,6 +196,8 @@ func TestValidate(t *testing.T) {
 			want:   []string{"--heartbeat-timeout 1s: must exceed --report-interval"},
 		},
 		{name: "log level", modify: func(c *Config) { c.LogLevel = "loud" }, want: []string{"--log-level"}},
+		{name: "TLS server name", modify: func(c *Config) { c.TLSDir, c.TLSServerName = "/tls", "Not_A_Name" }, want: []string{`--tls-server-name "Not_A_Name"`}},
+		{name: "TLS", modify: func(c *Config) { c.TLSDir, c.TLSServerName = "/tls", "ctl.example.svc" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

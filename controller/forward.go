@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -19,8 +20,11 @@ import (
 // per owner address, kept until shutdown.
 type forwarder struct {
 	creds *skipperv1.TokenFile // this replica's own token; nil: none
-	mu    sync.Mutex
-	conns map[string]*grpc.ClientConn
+	// transport, when set before the first forward, secures connections
+	// to the owners (TLS, --tls-dir); nil: plaintext.
+	transport credentials.TransportCredentials
+	mu        sync.Mutex
+	conns     map[string]*grpc.ClientConn
 }
 
 // newForwarder sends the token in tokenFile ("": none) on every forward.
@@ -38,7 +42,11 @@ func (f *forwarder) conn(addr string) (*grpc.ClientConn, error) {
 	if cc, ok := f.conns[addr]; ok {
 		return cc, nil
 	}
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	transport := f.transport
+	if transport == nil {
+		transport = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
 	if f.creds != nil {
 		opts = append(opts, grpc.WithPerRPCCredentials(f.creds))
 	}

@@ -116,6 +116,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 		httpWG.Wait()
 	}()
 
+	tlsCreds, err := loadTLS(cfg, log, m.reg)
+	if err != nil {
+		return err
+	}
 	key, err := loadOrCreateAssignKey(ctx, cl.core, cfg.PodNamespace)
 	if err != nil {
 		return fmt.Errorf("assign key: %w", err)
@@ -124,6 +128,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	if err != nil {
 		return err
 	}
+	c.fwd.transport = tlsCreds.client
 	runCtx, stopRun := context.WithCancel(context.WithoutCancel(ctx))
 	c.start(runCtx)
 	defer func() {
@@ -133,6 +138,9 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 
 	closing := make(chan struct{})
 	opts := grpcServerOptions(cfg)
+	if tlsCreds.server != nil {
+		opts = append(opts, grpc.Creds(tlsCreds.server))
+	}
 	az := newAuthz(cfg, cl.core)
 	if az != nil {
 		kctx, stopKeys := context.WithCancel(ctx)

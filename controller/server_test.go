@@ -21,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -346,7 +345,7 @@ func startReplica(t *testing.T, e *testEnv, name string, grpcLis net.Listener, m
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, cfg, log, clients{core: e.core, dyn: e.dyn}, grpcLis, httpLis) }()
 	r := &replica{name: name, addr: grpcLis.Addr().String(), httpAddr: httpLis.Addr().String()}
-	conn, err := grpc.NewClient("passthrough:///"+r.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("passthrough:///"+r.addr, grpc.WithTransportCredentials(testTransport(t, cfg)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,13 @@ type Config struct {
 	// renews it. A path that does not exist at start sends no token
 	// (controllers with --auth tokenreview refuse such calls); empty: none.
 	TokenFile string
+	// ControllerTLSDir holds ca.crt (the controllers' Secret, or a copy
+	// of its CA): controllers are dialled over TLS and verified against
+	// it. Empty: plaintext.
+	ControllerTLSDir string
+	// ControllerTLSServerName is the name controllers' certificates carry;
+	// empty: <ControllerService>.<ControllerNamespace>.svc.
+	ControllerTLSServerName string
 	// Kubeconfig is a kubeconfig path; empty means in-cluster config.
 	Kubeconfig string
 
@@ -262,6 +269,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(a); err != nil {
 			errs = append(errs, fmt.Errorf("--controller-addresses: %q: %w", a, err))
 		}
+	}
+	if c.ControllerTLSServerName != "" && !isDNSName(c.ControllerTLSServerName) {
+		errs = append(errs, fmt.Errorf("--controller-tls-server-name %q is not a DNS name", c.ControllerTLSServerName))
 	}
 	if c.DefaultNamespace != "" && !isLabel(c.DefaultNamespace) {
 		errs = append(errs, fmt.Errorf("--default-namespace %q is not a DNS label", c.DefaultNamespace))

@@ -83,6 +83,15 @@ func TestParseConfig(t *testing.T) {
 		}},
 		{name: "unknown mode", args: []string{"--mode=cluster"}, wantErr: []string{`--mode "cluster"`}},
 		{
+			name: "controller TLS",
+			args: []string{"--controller-tls-dir=/etc/skipper/controller-ca", "--controller-tls-server-name=ctl.example.svc"},
+			want: func(c *Config) {
+				fromEnv(c)
+				c.ControllerTLSDir, c.ControllerTLSServerName = "/etc/skipper/controller-ca", "ctl.example.svc"
+			},
+		},
+		{name: "controller TLS server name", args: []string{"--controller-tls-server-name=Not_A.name"}, wantErr: []string{`--controller-tls-server-name "Not_A.name" is not a DNS name`}},
+		{
 			name: "sidecar defaults",
 			args: []string{"--mode=sidecar"},
 			want: func(c *Config) {

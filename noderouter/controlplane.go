@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
@@ -38,6 +39,9 @@ type controlPlane struct {
 	usage *usageSampler
 	// creds is the router's token for every call; nil: none.
 	creds *pb.TokenFile
+	// transport, when set before the first dial, secures connections to
+	// controllers (TLS, --controller-tls-dir); nil: plaintext.
+	transport credentials.TransportCredentials
 	// dialer, when set before the first dial, dials controllers (the router
 	// marks its sockets so BPF steering skips them); nil: gRPC's default.
 	dialer *net.Dialer
@@ -151,7 +155,11 @@ func (cp *controlPlane) controller(addr string) (*controller, error) {
 		return c, nil
 	}
 	// passthrough: members are ip:port, never names to resolve.
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	transport := cp.transport
+	if transport == nil {
+		transport = insecure.NewCredentials()
+	}
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
 	if cp.creds != nil {
 		opts = append(opts, grpc.WithPerRPCCredentials(cp.creds)) // authorization: Bearer <projected token>
 	}

@@ -40,7 +40,9 @@ type fakeController struct {
 	got  chan struct{} // ticks on every message received on a stream
 }
 
-func startFakeController(t *testing.T) *fakeController {
+// startFakeController serves a fake controller on loopback, with opts
+// (TLS credentials, say).
+func startFakeController(t *testing.T, opts ...grpc.ServerOption) *fakeController {
 	t.Helper()
 	f := &fakeController{
 		handlers: map[string]func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error){},
@@ -53,7 +55,7 @@ func startFakeController(t *testing.T) *fakeController {
 		t.Fatal(err)
 	}
 	f.addr = ln.Addr().String()
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(opts...)
 	pb.RegisterControllerServer(srv, f)
 	done := make(chan struct{})
 	go func() {

@@ -61,6 +61,8 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	fs.Var(listFlag{&c.ControllerAddresses}, "controller-addresses", "static comma-separated controller ip:port list; replaces the EndpointSlice informer (tests without Kubernetes)")
 	envs("controller-addresses")
 	str(&c.TokenFile, "token-file", "projected ServiceAccount token (audience skipper) sent to the controllers as authorization: Bearer, re-read as it is renewed; a path missing at start sends none (controllers with --auth tokenreview then refuse the router); empty: none")
+	str(&c.ControllerTLSDir, "controller-tls-dir", "directory holding ca.crt (the controllers' Secret skipper-controller-tls, or a ConfigMap with its CA where that Secret cannot be mounted): controllers are dialled over TLS and their certificates verified against it and --controller-tls-server-name; re-read within a second of a change, the last good one kept when a new one does not parse; a bad directory fails the start; empty: plaintext (controllers must not run with --tls-dir)")
+	str(&c.ControllerTLSServerName, "controller-tls-server-name", "DNS name the controllers' certificates carry, verified whatever pod IP is dialled (never resolved); empty: <controller-service>.<controller-namespace>.svc")
 	str(&c.Kubeconfig, "kubeconfig", "kubeconfig path; empty: in-cluster config", "KUBECONFIG")
 	str(&c.DefaultNamespace, "default-namespace", "namespace of a bare `x-skipper-function: <name>`; empty: <namespace>/<name> required")
 	dur(&c.ColdStartTimeout, "cold-start-timeout", "bound of a cache miss (GetInstance); then 503 with Retry-After")

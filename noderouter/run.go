@@ -51,6 +51,9 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 	}
 	rt := newRouter(cfg, log)
+	if err := rt.loadControllerTLS(); err != nil {
+		return err
+	}
 	if cfg.CgroupRoot != "" {
 		r, err := cgroup.Open("", cfg.CgroupRoot)
 		if err != nil {

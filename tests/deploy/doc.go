@@ -1,4 +1,5 @@
 // Package deploy holds checks of the shipped build and install artefacts
 // that need no cluster: the Dockerfile builds what `make build` builds, the
-// same way.
+// same way; the TLS overlay mounts what its flags read (rendered with
+// kubectl kustomize, skipped without a kubectl).
 package deploy

@@ -44,6 +44,7 @@ func TestManifestsServerSideApply(t *testing.T) {
 	}{
 		{"deploy", []string{"Namespace", "CustomResourceDefinition", "Deployment", "DaemonSet", "PodDisruptionBudget", "Service", "ClusterRole"}},
 		{"deploy/overlays/local", []string{"Namespace", "Deployment", "DaemonSet"}},
+		{"deploy/overlays/tls", []string{"Namespace", "Deployment", "DaemonSet"}},
 		{"deploy/examples", []string{"Deployment", "Function"}},
 		{"deploy/monitoring", []string{"PodMonitor", "PrometheusRule", "ConfigMap"}},
 		{"deploy/sidecar", []string{"ServiceAccount", "RoleBinding", "Deployment"}},

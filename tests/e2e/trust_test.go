@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -52,11 +53,18 @@ func podToken(t *testing.T, pod *corev1.Pod) string {
 	return tr.Status.Token
 }
 
-// controllerClient dials a controller replica's gRPC port with token ("":
-// none).
+// controllerClient dials a controller replica's gRPC port in plaintext
+// with token ("": none).
 func controllerClient(t *testing.T, pod *corev1.Pod, token string) skipperv1.ControllerClient {
 	t.Helper()
-	opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	return controllerClientWith(t, pod, token, insecure.NewCredentials())
+}
+
+// controllerClientWith dials a controller replica's gRPC port with
+// transport (TLS, say) and token ("": none).
+func controllerClientWith(t *testing.T, pod *corev1.Pod, token string, transport credentials.TransportCredentials) skipperv1.ControllerClient {
+	t.Helper()
+	opts := []grpc.DialOption{grpc.WithTransportCredentials(transport)}
 	if token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearer(token)))
 	}
