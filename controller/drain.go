@@ -49,7 +49,7 @@ func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
 			reason = "drain timeout"
 		}
 		c.deletePod(ctx, d.pod, reason)
-		c.retire(uid, now.Add(assumedTTL))
+		c.claims.retire(uid, now.Add(assumedTTL))
 		delete(s.drains, uid)
 	}
 }
@@ -58,7 +58,7 @@ func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
 // set to subscribed routers and returns its generation.
 func (c *controller) withdraw(fn *v1alpha1.Function, port int32, pods []*corev1.Pod, now, until time.Time) uint64 {
 	for _, p := range pods {
-		c.retire(p.UID, until)
+		c.claims.retire(p.UID, until)
 	}
 	st, changed := c.observe(fn, c.currentSet(fn, port, nil), now)
 	if changed {

@@ -115,7 +115,7 @@ func (c *controller) supervisorFor(key string, start bool, init func(*supervisor
 	}
 	now := time.Now()
 	s := newSupervisor(c, key, fn, now)
-	if len(c.cache.functionPods(ns, name)) > 0 || len(c.flights[key]) > 0 {
+	if len(c.cache.functionPods(ns, name)) > 0 || c.claims.flying(key) > 0 {
 		// A supervisor that takes over instances does not know when they
 		// were last used: it counts the takeover as activity, so idle
 		// scale-to-zero waits a full idleTimeout rather than firing at once.
@@ -351,8 +351,9 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 		s.instances = append(s.instances, inst)
 		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: at})
 	}
-	c.mu.Lock()
-	assumed := c.assumedLocked(fn.Key(), pods, now)
+	cl := c.claims
+	cl.mu.Lock()
+	assumed := cl.assumedLocked(fn.Key(), pods, now)
 	for _, pod := range pods {
 		switch {
 		case pod.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(pod, fn):
@@ -361,20 +362,20 @@ func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
 			// replica recorded its assignment: added below, once, as assumed.
 		case pod.DeletionTimestamp != nil:
 			p.terminating++
-		case c.reserved[pod.UID]:
+		case cl.reserved[pod.UID]:
 			// A flight is claiming it: counted below as that flight, and
 			// never a scale-down victim.
-		case !c.retiredLocked(pod.UID, now):
+		case !cl.retiredLocked(pod.UID, now):
 			add(pod) // restarted ones too: add sends them to retire
 		}
 	}
 	for _, pod := range assumed {
-		if !c.retiredLocked(pod.UID, now) {
+		if !cl.retiredLocked(pod.UID, now) {
 			add(pod)
 		}
 	}
-	p.pending = len(c.flights[fn.Key()])
-	c.mu.Unlock()
+	p.pending = len(cl.flights[fn.Key()])
+	cl.mu.Unlock()
 	for range p.pending {
 		s.instances = append(s.instances, scaling.Instance{}) // expected: not ready, not started
 	}
