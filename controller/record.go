@@ -45,7 +45,7 @@ func (c *controller) adopt(p *corev1.Pod, key string) {
 // controller may have died before its record. The pod stays out of this
 // replica's candidates meanwhile.
 func (c *controller) adoptLater(p *corev1.Pod, key string) {
-	grace := c.assignGrace()
+	grace := assignGrace(&c.cfg)
 	c.claims.hold(p.UID, time.Now().Add(grace+assumedTTL))
 	c.wg.Go(func() {
 		t := time.NewTimer(grace)
