@@ -22,13 +22,17 @@ func uids(ps []*corev1.Pod) []types.UID {
 	return out
 }
 
-func gaugeValue(t *testing.T, g prometheus.Gauge) float64 {
+// metricValue is the value of a gauge or a counter.
+func metricValue(t *testing.T, m prometheus.Metric) float64 {
 	t.Helper()
-	var m dto.Metric
-	if err := g.Write(&m); err != nil {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
 		t.Fatal(err)
 	}
-	return m.GetGauge().GetValue()
+	if g := d.GetGauge(); g != nil {
+		return g.GetValue()
+	}
+	return d.GetCounter().GetValue()
 }
 
 // TestClaimsAssumed: a claim stays assumed until the informer shows it
@@ -72,12 +76,12 @@ func TestClaimsAssumed(t *testing.T) {
 			if tt.recording && cl.startRecording(p.UID) {
 				t.Error("startRecording = true twice")
 			}
-			if got := gaugeValue(t, gauge); tt.recording && got != 1 {
+			if got := metricValue(t, gauge); tt.recording && got != 1 {
 				t.Errorf("unrecorded gauge %v while recording, want 1", got)
 			}
 			if tt.ended != recordNeeded {
 				cl.recordEnded(key, p.UID, tt.ended, tt.endedAt)
-				if got := gaugeValue(t, gauge); got != 0 {
+				if got := metricValue(t, gauge); got != 0 {
 					t.Errorf("unrecorded gauge %v after the record ended, want 0", got)
 				}
 			}
