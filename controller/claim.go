@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"slices"
@@ -107,47 +106,34 @@ const (
 // joinFlight returns a claim in flight for fn, starting a cold one if none
 // is and admit (when not nil) lets it.
 func (c *controller) joinFlight(fn *v1alpha1.Function, port int32, node string, unusable []string, admit func() error) (*flight, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if fs := c.flights[fn.Key()]; len(fs) > 0 {
-		return fs[0], false, nil
+	f, leader, err := c.claims.join(fn.Key(), admit)
+	if leader {
+		c.fly(f, fn, port, node, "", unusable)
 	}
-	if admit != nil {
-		if err := admit(); err != nil {
-			return nil, false, err
-		}
-	}
-	return c.startFlightLocked(fn, port, flightCold, node, "", unusable), true, nil
+	return f, leader, err
 }
 
-// startFlightLocked starts one claim for fn; c.mu is held. Until it ends, the
-// flight counts as an expected instance of fn. The claim runs under the
-// controller's context, not a caller's, so a caller that gives up does not
-// waste a claim others wait on; it is bounded by --claim-timeout plus
-// --assign-timeout. When it succeeds, the claimed pod becomes assumed in
-// the same critical section that ends the flight, so the expectation is
-// never dropped in between.
-func (c *controller) startFlightLocked(fn *v1alpha1.Function, port int32, kind flightKind, node, router string, unusable []string) *flight {
+// startFlight starts one claim of kind for fn (see fly).
+func (c *controller) startFlight(fn *v1alpha1.Function, port int32, kind flightKind, node, router string, unusable []string) *flight {
+	f := c.claims.start(fn.Key(), kind)
+	c.fly(f, fn, port, node, router, unusable)
+	return f
+}
+
+// fly runs the claim of flight f, which c.claims registered: until it
+// ends, the flight counts as an expected instance of fn. The claim runs
+// under the controller's context, not a caller's, so a caller that gives
+// up does not waste a claim others wait on; it is bounded by
+// --claim-timeout plus --assign-timeout. When it succeeds, the claimed pod
+// becomes assumed in the same critical section that ends the flight
+// (claims.land), so the expectation is never dropped in between.
+func (c *controller) fly(f *flight, fn *v1alpha1.Function, port int32, node, router string, unusable []string) {
 	key := fn.Key()
-	f := &flight{done: make(chan struct{}), kind: kind}
-	c.flights[key] = append(c.flights[key], f)
 	c.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.ClaimTimeout+c.cfg.AssignTimeout)
 		defer cancel()
-		pod, err := c.claim(ctx, fn, port, kind, node, router, unusable)
-		now := time.Now()
-		c.mu.Lock()
-		c.flights[key] = slices.DeleteFunc(c.flights[key], func(o *flight) bool { return o == f })
-		if len(c.flights[key]) == 0 {
-			delete(c.flights, key)
-		}
-		if pod != nil {
-			// The reservation ends with the flight: until here the pod,
-			// which the informer may already show, counts as this flight.
-			delete(c.reserved, pod.UID)
-			c.assumed[key] = append(c.assumed[key], assumedPod{pod: pod, at: now})
-		}
-		c.mu.Unlock()
+		pod, err := c.claim(ctx, fn, port, f.kind, node, router, unusable)
+		c.claims.land(key, f, pod, time.Now())
 		if pod != nil {
 			c.fnQueue.Add(key)
 		}
@@ -155,7 +141,6 @@ func (c *controller) startFlightLocked(fn *v1alpha1.Function, port int32, kind f
 		f.pod, f.err = pod, err
 		close(f.done)
 	})
-	return f
 }
 
 // scaleUp starts claims towards want expected instances of fn (observed,
@@ -163,63 +148,17 @@ func (c *controller) startFlightLocked(fn *v1alpha1.Function, port int32, kind f
 // than the pool has candidates for, and no more than --max-parallel-claims
 // leaves beside the claims in flight across the replica. It returns how
 // many it started; the next tick starts more. The count and the new
-// flights are one critical section, so concurrent callers never claim for
-// the same need twice, however far the informer lags, and nothing is
-// allocated per missing instance.
+// flights are one critical section (claims.startScale), so concurrent
+// callers never claim for the same need twice, however far the informer
+// lags, and nothing is allocated per missing instance.
 func (c *controller) scaleUp(fn *v1alpha1.Function, port int32, want int) int {
 	pods := c.cache.functionPods(fn.Namespace, fn.Name)
 	pool := c.cache.poolPods(fn.Namespace, fn.Spec.Pool)
-	now := time.Now()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	have := c.expectedLocked(fn, pods, now)
-	if want <= have {
-		return 0
+	fs := c.claims.startScale(fn, pods, pool, want, c.cfg.MaxParallelClaims, time.Now())
+	for _, f := range fs {
+		c.fly(f, fn, port, "", "", nil)
 	}
-	n := claimsToStart(claimBudget{
-		Missing:          want - have,
-		Candidates:       len(c.candidatesLocked(fn, pool, "", nil)),
-		FunctionInFlight: len(c.flights[fn.Key()]),
-		InFlight:         c.inFlightLocked(),
-		MaxParallel:      c.cfg.MaxParallelClaims,
-	})
-	for range n {
-		c.startFlightLocked(fn, port, flightScale, "", "", nil)
-	}
-	return n
-}
-
-// inFlightLocked counts the claims in flight for every function; c.mu is
-// held.
-func (c *controller) inFlightLocked() int {
-	n := 0
-	for _, fs := range c.flights {
-		n += len(fs)
-	}
-	return n
-}
-
-// expectedLocked counts fn's expected instances: claimed pods the cache
-// shows (not terminating, not withdrawn, not restarted), claims it does not
-// show yet, and claims in flight. c.mu is held; pods is a cache read taken
-// before the lock, so a claim that ended in between is counted as assumed.
-func (c *controller) expectedLocked(fn *v1alpha1.Function, pods []*corev1.Pod, now time.Time) int {
-	assumed := c.assumedLocked(fn.Key(), pods, now)
-	n := 0
-	for _, p := range pods {
-		// A pod a flight is claiming counts as that flight; one also
-		// assumed (the cache shows it still marked assign-pending) counts
-		// once, as assumed.
-		if countsAsInstance(p, fn) && !c.retiredLocked(p.UID, now) && !c.reserved[p.UID] && !containsPod(assumed, p.UID) {
-			n++
-		}
-	}
-	for _, a := range assumed {
-		if c.retiredLocked(a.UID, now) {
-			n-- // its record found it gone or another's (recordEndedLocked)
-		}
-	}
-	return n + len(assumed) + len(c.flights[fn.Key()])
+	return len(fs)
 }
 
 // containsPod reports whether pods holds the pod with uid.
@@ -258,7 +197,7 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 		}
 		tried := map[string]bool{} // pods this pass lost: the cache may still show them as they were
 		for {
-			p := c.reserveCandidate(fn, node, tried)
+			p := c.claims.reserve(fn, c.cache.poolPods(fn.Namespace, fn.Spec.Pool), node, tried, time.Now())
 			if p == nil {
 				break
 			}
@@ -289,52 +228,6 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 	}
 }
 
-// reserveCandidate returns the best pool pod for fn that no claim of this
-// replica has taken or is taking and that is not in skip, and reserves it;
-// nil when there is none.
-func (c *controller) reserveCandidate(fn *v1alpha1.Function, node string, skip map[string]bool) *corev1.Pod {
-	pool := c.cache.poolPods(fn.Namespace, fn.Spec.Pool)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	cands := c.candidatesLocked(fn, pool, node, skip)
-	if len(cands) == 0 {
-		return nil
-	}
-	c.reserved[cands[0].UID] = true
-	return cands[0]
-}
-
-// candidatesLocked returns the pool pods (from the cache read pool) a claim
-// for fn may take, best first for node: ready, unclaimed, not in skip, not
-// taken by a claim of this replica (assumed) nor being taken (reserved).
-// c.mu is held.
-func (c *controller) candidatesLocked(fn *v1alpha1.Function, pool []*corev1.Pod, node string, skip map[string]bool) []*corev1.Pod {
-	exclude := maps.Clone(skip)
-	if exclude == nil {
-		exclude = map[string]bool{}
-	}
-	for _, as := range c.assumed {
-		for _, a := range as {
-			exclude[string(a.pod.UID)] = true
-		}
-	}
-	for uid := range c.reserved {
-		exclude[string(uid)] = true
-	}
-	for uid := range c.recording {
-		exclude[string(uid)] = true
-	}
-	now := time.Now()
-	for uid, until := range c.held {
-		if now.After(until) {
-			delete(c.held, uid)
-			continue
-		}
-		exclude[string(uid)] = true
-	}
-	return claimCandidates(fn.Spec.Pool, pool, node, exclude, c.owns)
-}
-
 // claimReserved assigns the reserved pod p to fn, holding a slot of
 // --max-parallel-claims, and returns the pod as its record will make it
 // (claimedCopy), which the flight's end assumes. It releases the
@@ -350,9 +243,7 @@ func (c *controller) candidatesLocked(fn *v1alpha1.Function, pool []*corev1.Pod,
 func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alpha1.Function, port int32, router string) (_ *corev1.Pod, err error) {
 	defer func() {
 		if err != nil {
-			c.mu.Lock()
-			delete(c.reserved, p.UID)
-			c.mu.Unlock()
+			c.claims.unreserve(p.UID)
 		}
 	}()
 	select {
@@ -467,7 +358,7 @@ func (c *controller) deleteOrphan(pod *corev1.Pod, cause error) {
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
 	// Until the informer shows it gone, the pod must not be handed out.
-	c.retire(pod.UID, time.Now().Add(assumedTTL))
+	c.claims.retire(pod.UID, time.Now().Add(assumedTTL))
 	if err != nil && !apierrors.IsNotFound(err) {
 		c.log.Error("delete pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause, "err", err)
 		return

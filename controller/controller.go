@@ -12,7 +12,6 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -63,24 +62,21 @@ type controller struct {
 	events   record.EventBroadcaster
 	recorder record.EventRecorder
 
+	// claims is the claim bookkeeping: flights, reservations, assumed,
+	// held, recording and retired pods, under its own lock.
+	//
+	// Lock order: mu, then claims.mu, then poolStats.mu (pools); a
+	// supervisor's mu is taken alone (or under mu, for a supervisor not
+	// yet shared); hub, broadcast and limiter locks are leaves. See claims.
+	claims *claims
+
 	mu       sync.Mutex
-	fns      map[string]*fnState     // by function key, for functions this replica answered for or owns
-	flights  map[string][]*flight    // claims in progress, by function key: expected instances
-	assumed  map[string][]assumedPod // claims the informer may not show yet, by function key
-	reserved map[types.UID]bool      // pool pods a claim in flight is assigning
-	// recording: pods whose claim's record is being written (startRecord);
-	// held: pool pods whose instance answered that it holds a function,
-	// kept out of this replica's candidates until the time given.
-	recording map[types.UID]bool
-	held      map[types.UID]time.Time
-	retired   map[types.UID]time.Time // withdrawn or deleted pods kept out of every set, until the time given
-	sups      map[string]*supervisor  // running supervisors, by function key
-	statusAt  map[string]time.Time    // last status write, by function key
-	owned     map[string]bool         // functions this replica owned at the last ring sync
+	fns      map[string]*fnState    // by function key, for functions this replica answered for or owns
+	sups     map[string]*supervisor // running supervisors, by function key
+	statusAt map[string]time.Time   // last status write, by function key
+	owned    map[string]bool        // functions this replica owned at the last ring sync
 	// ringSynced is set after the first ring sync.
 	ringSynced bool
-	// lastLag is how long the informer took to show the last claim it showed.
-	lastLag time.Duration
 
 	// runCtx ends when the controller stops; work not tied to one caller
 	// (claims shared by several callers) runs under it.
@@ -109,20 +105,6 @@ func configOf(fn *v1alpha1.Function) functionConfig {
 		Timeout:          fn.Spec.TimeoutOrZero(),
 		Callers:          callerPolicyOf(&fn.Spec.Callers),
 	}
-}
-
-type assumedPod struct {
-	pod *corev1.Pod
-	at  time.Time
-}
-
-// flight is one claim in progress; callers for the same function wait on
-// done instead of claiming again. pod and err are set before done closes.
-type flight struct {
-	kind flightKind
-	done chan struct{}
-	pod  *corev1.Pod
-	err  error
 }
 
 // broadcast wakes every waiter once per notify.
@@ -173,16 +155,11 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pools"}),
 		claimSlots: make(chan struct{}, cfg.MaxParallelClaims),
 		fns:        map[string]*fnState{},
-		flights:    map[string][]*flight{},
-		assumed:    map[string][]assumedPod{},
-		reserved:   map[types.UID]bool{},
-		recording:  map[types.UID]bool{},
-		held:       map[types.UID]time.Time{},
-		retired:    map[types.UID]time.Time{},
 		sups:       map[string]*supervisor{},
 		statusAt:   map[string]time.Time{},
 		owned:      map[string]bool{},
 	}
+	c.claims = newClaims(c.owns, m.unrecorded)
 	c.addHandlers()
 	return c, nil
 }
@@ -240,15 +217,7 @@ func (c *controller) measureLag(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			c.mu.Lock()
-			lag := c.lastLag
-			for _, as := range c.assumed {
-				for _, a := range as {
-					lag = max(lag, now.Sub(a.at))
-				}
-			}
-			c.mu.Unlock()
-			c.metrics.informerLag.Set(lag.Seconds())
+			c.metrics.informerLag.Set(c.claims.lag(now).Seconds())
 		}
 	}
 }
@@ -423,7 +392,7 @@ func (c *controller) forget(key string, withdraw, deleted bool) {
 	c.mu.Lock()
 	st, had := c.fns[key]
 	delete(c.fns, key)
-	delete(c.assumed, key)
+	c.claims.forget(key)
 	sup := c.sups[key]
 	c.mu.Unlock()
 	if deleted {

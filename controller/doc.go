@@ -7,18 +7,22 @@
 // parts and owns every goroutine. The decisions are pure functions in
 // decide.go and decide_claim.go (instance sets from pods, claim candidates,
 // the claim's record patch, scale-down victims, generations); ownership.go
-// is the ring's view, assumed.go the claims the informer does not show yet
-// and the retired pods, drain.go the withdrawal of instances, forward.go the
-// connections to other replicas;
+// is the ring's view, claims.go the claim bookkeeping (flights,
+// reservations, pods assumed, held, being recorded or retired) under its
+// own lock, plan.go a supervisor tick's decision (decidePlan, pure over a
+// snapshot, scaling.Decide inside), drain.go the withdrawal of instances,
+// forward.go the connections to other replicas;
 // controller.go feeds them informer state from work queues; claim.go carries
 // out claims (the assign), record.go writes their records after, limiter.go
 // bounds each router's claims; supervisor.go runs one goroutine per owned
 // Function that feeds the routers' reports into a scaling.Window, calls
-// scaling.Decide every --scale-interval and claims, drains and retires
-// instances; status.go writes Function status; server.go and hub.go are the
+// decidePlan every --scale-interval and, through supervisorHost, claims,
+// drains and retires instances; status.go writes Function status; server.go and hub.go are the
 // gRPC surface and the routers' streams.
 //
 // Invariants:
+//   - Lock order: controller.mu, then claims.mu, then poolStats.mu; a
+//     supervisor's mu is taken alone (see controller.claims).
 //   - The instance decides a claim: it accepts one function for its life,
 //     so concurrent claimers never share a pod (the loser gets 409 naming
 //     the holder). The record follows in the background, one JSON patch

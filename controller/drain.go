@@ -27,20 +27,19 @@ type drain struct {
 // router acknowledged a generation without it and no router reports
 // requests in flight on it, or once --drain-timeout has passed.
 func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
-	c := s.c
 	for uid, d := range s.drains {
-		timedOut := now.Sub(d.since) >= c.cfg.DrainTimeout
-		if d.ackedAt.IsZero() && c.hub.ackedAll(s.key, d.gen) {
+		timedOut := now.Sub(d.since) >= s.cfg.DrainTimeout
+		if d.ackedAt.IsZero() && s.host.acked(s.key, d.gen) {
 			d.ackedAt = now
 		}
 		var inst scaling.Instance
 		s.mu.Lock()
-		s.window.Fill(now, c.cfg.HeartbeatTimeout, string(uid), &inst)
+		s.window.Fill(now, s.cfg.HeartbeatTimeout, string(uid), &inst)
 		s.mu.Unlock()
 		// A report sent before the ack may predate requests the router
 		// started on the old set: in-flight counts once a report interval
 		// has passed since the ack.
-		quiet := !d.ackedAt.IsZero() && now.Sub(d.ackedAt) >= c.cfg.ReportInterval && inst.InFlight == 0
+		quiet := !d.ackedAt.IsZero() && now.Sub(d.ackedAt) >= s.cfg.ReportInterval && inst.InFlight == 0
 		if !quiet && !timedOut {
 			continue
 		}
@@ -48,8 +47,7 @@ func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
 		if !quiet {
 			reason = "drain timeout"
 		}
-		c.deletePod(ctx, d.pod, reason)
-		c.retire(uid, now.Add(assumedTTL))
+		s.host.remove(ctx, d.pod, reason, now.Add(assumedTTL))
 		delete(s.drains, uid)
 	}
 }
@@ -58,13 +56,22 @@ func (s *supervisor) progressDrains(ctx context.Context, now time.Time) {
 // set to subscribed routers and returns its generation.
 func (c *controller) withdraw(fn *v1alpha1.Function, port int32, pods []*corev1.Pod, now, until time.Time) uint64 {
 	for _, p := range pods {
-		c.retire(p.UID, until)
+		c.claims.retire(p.UID, until)
 	}
 	st, changed := c.observe(fn, c.currentSet(fn, port, nil), now)
 	if changed {
 		c.hub.publish(fn.Key(), st.update(fn))
 	}
 	return st.gen
+}
+
+// acked implements supervisorHost.
+func (c *controller) acked(key string, gen uint64) bool { return c.hub.ackedAll(key, gen) }
+
+// remove implements supervisorHost: deletePod, then retire until until.
+func (c *controller) remove(ctx context.Context, pod *corev1.Pod, reason string, until time.Time) {
+	c.deletePod(ctx, pod, reason)
+	c.claims.retire(pod.UID, until)
 }
 
 // deletePod deletes an instance this replica withdrew; the UID

@@ -190,33 +190,11 @@ func (c *controller) syncPool(ctx context.Context, key string) error {
 func (c *controller) unrecordedIn(ns, pool string, now time.Time) int32 {
 	pods := c.cache.poolPods(ns, pool) // unrecorded pods still show here, unlabelled
 	fnPods := map[string][]*corev1.Pod{}
-	c.mu.Lock()
-	for k := range c.assumed {
-		if kns, _, _ := splitKey(k); kns == ns {
-			fnPods[k] = nil
-		}
-	}
-	c.mu.Unlock()
-	for k := range fnPods {
+	for _, k := range c.claims.assumedKeys(ns) {
 		_, name, _ := splitKey(k)
 		fnPods[k] = c.cache.functionPods(ns, name)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	seen := map[types.UID]bool{}
-	for k, cached := range fnPods {
-		for _, p := range c.assumedLocked(k, cached, now) {
-			if p.Labels[v1alpha1.LabelPool] == pool {
-				seen[p.UID] = true
-			}
-		}
-	}
-	for _, p := range pods {
-		if _, held := c.held[p.UID]; c.reserved[p.UID] || c.recording[p.UID] || held {
-			seen[p.UID] = true
-		}
-	}
-	return int32(len(seen))
+	return int32(c.claims.unrecordedIn(pool, pods, fnPods, now))
 }
 
 // enqueuePools queues every pool Deployment's pool (the ring changed:

@@ -373,9 +373,10 @@ func TestSyncPoolHoldsForUnrecordedClaims(t *testing.T) {
 	// ReplicaSet still counts p1, so 4 → at least ready (p1, p2, as the
 	// informer shows them) + unrecorded (p1), within the replicas: 3.
 	fn := e.fnFor("hello", "echo")
-	c.mu.Lock()
-	c.assumed[fn.Key()] = []assumedPod{{pod: claimedCopy(e.pod("p1"), fn, claimInfo{At: time.Now()}), at: time.Now()}}
-	c.mu.Unlock()
+	cl := c.claims
+	cl.mu.Lock()
+	cl.assumed[fn.Key()] = []assumedPod{{pod: claimedCopy(e.pod("p1"), fn, claimInfo{At: time.Now()}), at: time.Now()}}
+	cl.mu.Unlock()
 	if err := c.syncPool(t.Context(), "default/echo"); err != nil {
 		t.Fatal(err)
 	}
@@ -385,23 +386,23 @@ func TestSyncPoolHoldsForUnrecordedClaims(t *testing.T) {
 	// Held, being recorded, or being assigned count the same.
 	for _, mark := range []func(bool){
 		func(on bool) {
-			c.held[e.pod("p2").UID] = time.Now().Add(time.Minute)
-			c.assumed = map[string][]assumedPod{}
+			cl.held[e.pod("p2").UID] = time.Now().Add(time.Minute)
+			cl.assumed = map[string][]assumedPod{}
 			_ = on
 		},
-		func(on bool) { c.recording[e.pod("p2").UID] = on; c.held = map[types.UID]time.Time{} },
-		func(on bool) { c.reserved[e.pod("p2").UID] = on; c.recording = map[types.UID]bool{} },
+		func(on bool) { cl.recording[e.pod("p2").UID] = on; cl.held = map[types.UID]time.Time{} },
+		func(on bool) { cl.reserved[e.pod("p2").UID] = on; cl.recording = map[types.UID]bool{} },
 	} {
-		c.mu.Lock()
+		cl.mu.Lock()
 		mark(true)
-		c.mu.Unlock()
+		cl.mu.Unlock()
 		if n := c.unrecordedIn("default", "echo", time.Now()); n != 1 {
 			t.Errorf("unrecorded %d, want 1", n)
 		}
 	}
-	c.mu.Lock()
-	c.reserved = map[types.UID]bool{}
-	c.mu.Unlock()
+	cl.mu.Lock()
+	cl.reserved = map[types.UID]bool{}
+	cl.mu.Unlock()
 	forgetHeld()
 	patches.reset()
 	// The fake keeps the Deployment at 4; this replica wrote 3 a moment

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,9 +25,7 @@ import (
 // Function the cache does not hold is left alone: the pod is kept out of
 // this replica's candidates for assumedTTL.
 func (c *controller) adopt(p *corev1.Pod, key string) {
-	c.mu.Lock()
-	c.held[p.UID] = time.Now().Add(assumedTTL)
-	c.mu.Unlock()
+	c.claims.hold(p.UID, time.Now().Add(assumedTTL))
 	ns, name, ok := splitKey(key)
 	if !ok {
 		return
@@ -48,12 +45,8 @@ func (c *controller) adopt(p *corev1.Pod, key string) {
 // controller may have died before its record. The pod stays out of this
 // replica's candidates meanwhile.
 func (c *controller) adoptLater(p *corev1.Pod, key string) {
-	grace := c.assignGrace()
-	c.mu.Lock()
-	if until := time.Now().Add(grace + assumedTTL); until.After(c.held[p.UID]) {
-		c.held[p.UID] = until
-	}
-	c.mu.Unlock()
+	grace := assignGrace(&c.cfg)
+	c.claims.hold(p.UID, time.Now().Add(grace+assumedTTL))
 	c.wg.Go(func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
@@ -78,26 +71,16 @@ const (
 )
 
 // startRecord writes the record of pod's claim for fn in the background,
-// once per pod at a time. Until it lands the pod stays assumed (assumedLocked
-// keeps it past assumedTTL) and out of every replica's candidates here.
+// once per pod at a time. Until it lands the pod stays assumed
+// (claims.assumedLocked keeps it past assumedTTL) and out of every
+// replica's candidates here.
 func (c *controller) startRecord(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) {
-	c.mu.Lock()
-	if c.recording[pod.UID] {
-		c.mu.Unlock()
+	if !c.claims.startRecording(pod.UID) {
 		return
 	}
-	c.recording[pod.UID] = true
-	c.metrics.unrecorded.Set(float64(len(c.recording)))
-	c.mu.Unlock()
 	c.wg.Go(func() {
 		st := recordNeeded
-		defer func() {
-			c.mu.Lock()
-			delete(c.recording, pod.UID)
-			c.recordEndedLocked(fn.Key(), pod.UID, st, time.Now())
-			c.metrics.unrecorded.Set(float64(len(c.recording)))
-			c.mu.Unlock()
-		}()
+		defer func() { c.claims.recordEnded(fn.Key(), pod.UID, st, time.Now()) }()
 		// A record outlives the controller's stop by --assign-timeout, so
 		// that a graceful shutdown leaves no claim unrecorded it could
 		// still record.
@@ -169,30 +152,6 @@ func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.F
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, recordBackoffMax)
-	}
-}
-
-// recordEndedLocked updates what the controller assumes once a record's writer
-// ended: a landed record starts the assumed pod's assumedTTL anew (the
-// informer may take a while to show it after an outage, and until then
-// the pod must stay the function's); a pod gone or recorded for another
-// function leaves every set. c.mu is held.
-func (c *controller) recordEndedLocked(key string, uid types.UID, st recordState, now time.Time) {
-	switch st {
-	case recordDone:
-		for i := range c.assumed[key] {
-			if c.assumed[key][i].pod.UID == uid {
-				c.assumed[key][i].at = now
-			}
-		}
-	case recordPodGone, recordForeign:
-		c.assumed[key] = slices.DeleteFunc(c.assumed[key], func(a assumedPod) bool { return a.pod.UID == uid })
-		if len(c.assumed[key]) == 0 {
-			delete(c.assumed, key)
-		}
-		if until := now.Add(assumedTTL); until.After(c.retired[uid]) {
-			c.retired[uid] = until
-		}
 	}
 }
 

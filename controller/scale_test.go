@@ -157,7 +157,7 @@ func newScaleReplica(tb testing.TB, n int) *scaleReplica {
 			tb.Fatalf("%s: instance set holds %d, want %d", fn.Key(), len(st.set), len(fr.Instances))
 		}
 		fr.Generation = st.gen // the router holds the current set
-		s := newSupervisor(c, fn.Key(), fn, now)
+		s := newSupervisor(c, &c.cfg, c.log, c.metrics, fn.Key(), fn, now)
 		c.mu.Lock()
 		c.sups[fn.Key()] = s
 		c.mu.Unlock()

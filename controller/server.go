@@ -180,9 +180,7 @@ func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port
 			return nil, resultLimited, err
 		}
 	}
-	c.mu.Lock()
-	f := c.startFlightLocked(fn, port, flightOneshot, router.GetNode(), router.GetPod(), nil)
-	c.mu.Unlock()
+	f := c.startFlight(fn, port, flightOneshot, router.GetNode(), router.GetPod(), nil)
 	select {
 	case <-f.done:
 	case <-ctx.Done():
@@ -190,7 +188,7 @@ func (c *controller) getOneshot(ctx context.Context, fn *v1alpha1.Function, port
 		c.wg.Go(func() {
 			<-f.done
 			if f.pod != nil {
-				c.retire(f.pod.UID, time.Now().Add(assumedTTL))
+				c.claims.retire(f.pod.UID, time.Now().Add(assumedTTL))
 				c.deletePod(context.WithoutCancel(c.runCtx), f.pod, "oneshot caller gave up")
 			}
 		})
@@ -262,7 +260,7 @@ func (s *server) releaseInstance(ctx context.Context, req *skipperv1.ReleaseInst
 		return nil, withReason(ErrNotOneshot, "function %s is not oneshot: its instances are shared and scaled by the controller", key)
 	}
 	pods := c.cache.functionPods(ns, name)
-	pods = append(pods, c.assumedPods(key, pods, time.Now())...)
+	pods = append(pods, c.claims.assumedPods(key, pods, time.Now())...)
 	match := func(p *corev1.Pod) bool { return string(p.UID) == req.GetPodUid() && ownedBy(p, fn) }
 	i := slices.IndexFunc(pods, match)
 	if i < 0 {
@@ -285,7 +283,7 @@ func (s *server) releaseInstance(ctx context.Context, req *skipperv1.ReleaseInst
 	if holder := pod.Annotations[annOneshotRouter]; holder != req.GetRouter().GetPod() {
 		return nil, withReason(ErrNotHolder, "instance %s of %s was handed to router %q, not to %q", pod.Name, key, holder, req.GetRouter().GetPod())
 	}
-	c.retire(pod.UID, time.Now().Add(assumedTTL))
+	c.claims.retire(pod.UID, time.Now().Add(assumedTTL))
 	c.deletePod(ctx, pod, "oneshot released")
 	return &skipperv1.ReleaseInstanceResponse{}, nil
 }

@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,8 +17,10 @@ import (
 )
 
 // supervisor is the goroutine that converges one owned Function: every
-// --scale-interval it checks ownership, merges the routers' reports into a
-// scaling.Window, asks scaling.Decide for the instance count, starts claims
+// --scale-interval it takes a snapshot through its host (ownership, the
+// Function, its pods and claims), adds the routers' reports merged into
+// a scaling.Window, lets decidePlan (pure, scaling.Decide inside) decide,
+// and carries the plan out through the host: it starts claims
 // (scale-up), withdraws and drains instances (scale-down), retires
 // instances whose container restarted, and writes status.
 //
@@ -27,8 +30,11 @@ import (
 // idle with no instances. It stops itself on its first tick that finds the
 // function gone, owned elsewhere, or idle and empty.
 type supervisor struct {
-	c   *controller
-	key string
+	host    supervisorHost
+	cfg     *Config // read only
+	log     *slog.Logger
+	metrics *metrics
+	key     string
 	// done is closed when run returns.
 	done chan struct{}
 
@@ -63,10 +69,37 @@ type supervisor struct {
 	counts    [5]int // instance counts last written to metrics, in instanceStates order
 	// rewrite asks the next tick to write the instance series even when
 	// counts did not change: forget deleted them meanwhile.
-	rewrite    atomic.Bool
-	instances  []scaling.Instance // reused between ticks
-	candidates []victim           // reused between ticks
+	rewrite atomic.Bool
+	buf     planBuffers // reused between ticks
 }
+
+// supervisorHost is the controller as a supervisor reaches it: what a
+// tick reads, and what it carries out. *controller implements it;
+// supervisor_host_test.go has a fake.
+type supervisorHost interface {
+	// snapshot returns the controller's part of what a tick of function
+	// key at now decides from (the Function, its port, pods and claims),
+	// or false when the supervisor is to stop: the Function is gone or
+	// being deleted, or this replica no longer owns it.
+	snapshot(key string, now time.Time) (planInput, bool)
+	// scaleUp starts claims towards want expected instances of fn and
+	// returns how many it started.
+	scaleUp(fn *v1alpha1.Function, port int32, want int) int
+	// withdraw takes pods out of fn's instance set until until, pushes the
+	// set to subscribed routers and returns its generation.
+	withdraw(fn *v1alpha1.Function, port int32, pods []*corev1.Pod, now, until time.Time) uint64
+	// remove deletes an instance (its UID a precondition) and keeps it out
+	// of every set until until.
+	remove(ctx context.Context, pod *corev1.Pod, reason string, until time.Time)
+	// acked reports whether every router subscribed to key holds gen.
+	acked(key string, gen uint64) bool
+	// event records an Event about fn.
+	event(fn *v1alpha1.Function, typ, reason, format string, a ...any)
+	// writeStatus patches fn's status to v when it changed.
+	writeStatus(ctx context.Context, fn *v1alpha1.Function, v statusView, now time.Time) error
+}
+
+var _ supervisorHost = (*controller)(nil)
 
 // supervisorView is a supervisor's last decision as GetState shows it.
 type supervisorView struct {
@@ -75,9 +108,11 @@ type supervisorView struct {
 	inFlight, queued int64
 }
 
-func newSupervisor(c *controller, key string, fn *v1alpha1.Function, now time.Time) *supervisor {
+// newSupervisor returns the supervisor of function key (fn as the cache
+// holds it, or nil) for host, under cfg; run starts it.
+func newSupervisor(host supervisorHost, cfg *Config, log *slog.Logger, m *metrics, key string, fn *v1alpha1.Function, now time.Time) *supervisor {
 	s := &supervisor{
-		c: c, key: key, done: make(chan struct{}),
+		host: host, cfg: cfg, log: log, metrics: m, key: key, done: make(chan struct{}),
 		window: scaling.NewWindow(now),
 		drains: map[types.UID]*drain{},
 		counts: [5]int{-1}, // the first tick writes the series
@@ -114,8 +149,8 @@ func (c *controller) supervisorFor(key string, start bool, init func(*supervisor
 		return nil, false
 	}
 	now := time.Now()
-	s := newSupervisor(c, key, fn, now)
-	if len(c.cache.functionPods(ns, name)) > 0 || len(c.flights[key]) > 0 {
+	s := newSupervisor(c, &c.cfg, c.log, c.metrics, key, fn, now)
+	if len(c.cache.functionPods(ns, name)) > 0 || c.claims.flying(key) > 0 {
 		// A supervisor that takes over instances does not know when they
 		// were last used: it counts the takeover as activity, so idle
 		// scale-to-zero waits a full idleTimeout rather than firing at once.
@@ -129,8 +164,30 @@ func (c *controller) supervisorFor(key string, start bool, init func(*supervisor
 		took = fn
 	}
 	c.log.Debug("supervisor started", "function", key)
-	c.wg.Go(func() { s.run(c.runCtx) })
+	c.wg.Go(func() {
+		defer close(s.done)
+		defer c.dropSupervisor(s)
+		s.run(c.runCtx)
+	})
 	return s, true
+}
+
+// snapshot implements supervisorHost.
+func (c *controller) snapshot(key string, now time.Time) (planInput, bool) {
+	ns, name, _ := splitKey(key)
+	fn, err := c.cache.function(ns, name)
+	if err != nil || fn.DeletionTimestamp != nil {
+		return planInput{}, false
+	}
+	if !c.owns(key) {
+		c.log.Info("ownership moved, supervisor stops", "function", key, "owner", c.owner(key))
+		return planInput{}, false
+	}
+	in := planInput{Now: now, Function: fn}
+	in.Port, in.PortErr = c.port(fn)
+	in.Pods = c.cache.functionPods(ns, name)
+	in.Claims = c.claims.view(key, in.Pods, now)
+	return in, true
 }
 
 // touch marks key active now (a GetInstance), starting its supervisor.
@@ -211,19 +268,12 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 	}
 }
 
-// assignGrace is how long after its claim a pod may stay marked
-// assign-pending before it is retired (see assignStale).
-func (c *controller) assignGrace() time.Duration {
-	return c.cfg.ClaimTimeout + 2*c.cfg.AssignTimeout
-}
-
 // maxClaimBackoff bounds the scale-up back-off after failed claims.
 const maxClaimBackoff = time.Minute
 
+// run ticks every --scale-interval until a tick says stop or ctx ends.
 func (s *supervisor) run(ctx context.Context) {
-	defer close(s.done)
-	defer s.c.dropSupervisor(s)
-	t := time.NewTicker(s.c.cfg.ScaleInterval)
+	t := time.NewTicker(s.cfg.ScaleInterval)
 	defer t.Stop()
 	for wait := s.deferFirstTick; ; wait = true {
 		if wait {
@@ -248,198 +298,59 @@ func (c *controller) dropSupervisor(s *supervisor) {
 	c.log.Debug("supervisor stopped", "function", s.key)
 }
 
-// plan is what one tick decided, before any of it is carried out.
-type plan struct {
-	port     int32
-	portErr  error
-	decision scaling.Decision
-	// current is the expected instance count: observed, assumed and in
-	// flight, less those withdrawn.
-	current     int
-	pending     int
-	ready       int
-	notReady    int
-	terminating int
-	victims     []victim
-	retire      []*corev1.Pod // restarted, or oneshot past its lease
-	inFlight    int64
-	load        scaling.Load
-	keep        bool
-}
-
 // tick runs one pass and reports whether the supervisor goes on.
 func (s *supervisor) tick(ctx context.Context, now time.Time) bool {
-	c := s.c
-	ns, name, _ := splitKey(s.key)
-	fn, err := c.cache.function(ns, name)
-	if err != nil || fn.DeletionTimestamp != nil {
+	in, ok := s.host.snapshot(s.key, now)
+	if !ok {
 		return false
 	}
-	if !c.owns(s.key) {
-		c.log.Info("ownership moved, supervisor stops", "function", s.key, "owner", c.owner(s.key))
-		return false
-	}
-	p := s.plan(fn, now)
+	fn := in.Function
+	pol := planPolicyOf(fn, s.cfg)
+	in.History, in.Draining = s.history, s.drains
+	s.mu.Lock()
+	in.Window = s.window
+	p := decidePlan(in, pol, &s.buf)
+	s.window.Prune(now, pol.HeartbeatTimeout)
+	s.mu.Unlock()
+	s.history = p.history
 	s.apply(ctx, fn, &p, now)
 	return p.keep
-}
-
-// policy maps a Function's spec and the controller's settings to a scaling
-// policy.
-func (c *controller) policy(fn *v1alpha1.Function) scaling.Policy {
-	stab := c.cfg.ScaleDownStabilization
-	if stab == 0 {
-		stab = -1 // zero in the config means none; zero in a Policy means the default
-	}
-	return scaling.Policy{
-		MinInstances:        fn.Spec.MinInstances,
-		MaxInstances:        fn.Spec.MaxInstances,
-		TargetInFlight:      targetInFlight(&fn.Spec),
-		TargetCPUMilli:      fn.Spec.Scaling.TargetCPUMilli,
-		TargetMemoryMiB:     fn.Spec.Scaling.TargetMemoryMiB,
-		IdleTimeout:         fn.Spec.IdleTimeoutOrDefault(),
-		StabilizationWindow: stab,
-		MetricWindow:        c.cfg.ReportInterval,
-	}
-}
-
-// targetInFlight is the in-flight (plus queued) target per instance: the
-// spec's, but never above its concurrencyLimit. An instance never holds
-// more than its limit, so with a higher target the excess waits in the
-// routers' queues and the function would never scale on it.
-func targetInFlight(spec *v1alpha1.FunctionSpec) int32 {
-	t := spec.TargetInFlight()
-	if l := spec.ConcurrencyLimit; l > 0 && l < t {
-		return l
-	}
-	return t
-}
-
-// plan reads the caches, the claims and the window, and decides. It writes
-// nothing but the supervisor's own history.
-func (s *supervisor) plan(fn *v1alpha1.Function, now time.Time) plan {
-	c := s.c
-	var p plan
-	p.port, p.portErr = c.port(fn)
-	pods := c.cache.functionPods(fn.Namespace, fn.Name)
-	hb := c.cfg.HeartbeatTimeout
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.instances, s.candidates = s.instances[:0], s.candidates[:0]
-	add := func(pod *corev1.Pod) {
-		at := claimedAt(pod)
-		if restartedSinceClaim(pod) || (fn.Spec.Oneshot && !at.IsZero() && now.Sub(at) >= c.cfg.OneshotLease) ||
-			assignStale(pod, now, c.assignGrace()) {
-			if _, draining := s.drains[pod.UID]; !draining {
-				p.retire = append(p.retire, pod)
-			}
-			return
-		}
-		// A pod still marked assign-pending serves nothing yet: another
-		// claim is assigning it.
-		inst := scaling.Instance{Ready: podReady(pod) && !assignPending(pod), ReadyChanged: readySince(pod)}
-		if pod.Status.StartTime != nil {
-			inst.Started = pod.Status.StartTime.Time
-		}
-		s.window.Fill(now, hb, string(pod.UID), &inst)
-		if inst.Ready {
-			p.ready++
-		} else {
-			p.notReady++
-		}
-		s.instances = append(s.instances, inst)
-		s.candidates = append(s.candidates, victim{Pod: pod, Ready: inst.Ready, InFlight: inst.InFlight, ClaimedAt: at})
-	}
-	c.mu.Lock()
-	assumed := c.assumedLocked(fn.Key(), pods, now)
-	for _, pod := range pods {
-		switch {
-		case pod.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(pod, fn):
-		case containsPod(assumed, pod.UID):
-			// The cache shows it still marked assign-pending, but this
-			// replica recorded its assignment: added below, once, as assumed.
-		case pod.DeletionTimestamp != nil:
-			p.terminating++
-		case c.reserved[pod.UID]:
-			// A flight is claiming it: counted below as that flight, and
-			// never a scale-down victim.
-		case !c.retiredLocked(pod.UID, now):
-			add(pod) // restarted ones too: add sends them to retire
-		}
-	}
-	for _, pod := range assumed {
-		if !c.retiredLocked(pod.UID, now) {
-			add(pod)
-		}
-	}
-	p.pending = len(c.flights[fn.Key()])
-	c.mu.Unlock()
-	for range p.pending {
-		s.instances = append(s.instances, scaling.Instance{}) // expected: not ready, not started
-	}
-	p.current = len(s.instances)
-	p.load = s.window.Load(now, hb)
-	s.window.Prune(now, hb)
-
-	if fn.Spec.Oneshot {
-		// Each instance belongs to one call: nothing to scale.
-		p.decision = scaling.Decision{Instances: int32(p.current), Reason: "oneshot"}
-		p.keep = p.current > 0 || len(s.drains) > 0
-		return p
-	}
-	in := scaling.Input{
-		Now:        now,
-		Instances:  s.instances,
-		InFlight:   p.load.InFlight,
-		Queued:     p.load.Queued,
-		LastActive: s.window.LastActive(),
-		History:    s.history,
-		WarmedUp:   s.window.WarmedUp(now, hb),
-	}
-	p.decision = scaling.Decide(in, c.policy(fn))
-	s.history = p.decision.History
-	if int(p.decision.Instances) < p.current && p.portErr == nil {
-		p.victims = pickVictims(s.candidates, p.current-int(p.decision.Instances))
-	}
-	p.keep = fn.Spec.MinInstances > 0 || p.current > 0 || len(s.drains) > 0 || p.decision.Instances > 0
-	return p
 }
 
 // apply carries out a plan: claims, withdrawals, deletions, metrics and
 // status.
 func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, now time.Time) {
-	c := s.c
+	h := s.host
 	for _, pod := range p.retire {
 		var reason string
 		switch {
 		case restartedSinceClaim(pod):
 			reason = "its container restarted since it was claimed"
 		case assignPending(pod):
-			reason = "its assignment was never recorded (still marked " + annAssignPending + " " + c.assignGrace().String() + " after its claim)"
+			reason = "its assignment was never recorded (still marked " + annAssignPending + " " + assignGrace(s.cfg).String() + " after its claim)"
 		default:
 			reason = "its oneshot lease expired"
 		}
-		c.withdraw(fn, p.port, []*corev1.Pod{pod}, now, now.Add(assumedTTL))
-		c.deletePod(ctx, pod, reason)
-		c.event(fn, corev1.EventTypeWarning, "InstanceRetired", "instance %s retired: %s", pod.Name, reason)
+		h.withdraw(fn, p.port, []*corev1.Pod{pod}, now, now.Add(assumedTTL))
+		h.remove(ctx, pod, reason, now.Add(assumedTTL))
+		h.event(fn, corev1.EventTypeWarning, "InstanceRetired", "instance %s retired: %s", pod.Name, reason)
 	}
 	d := p.decision
 	s.mu.Lock()
 	retryAt := s.retryAt
 	s.mu.Unlock()
 	if p.portErr == nil && int(d.Instances) > p.current && !fn.Spec.Oneshot && !now.Before(retryAt) {
-		c.scaleUp(fn, p.port, int(d.Instances))
+		h.scaleUp(fn, p.port, int(d.Instances))
 	}
 	if len(p.victims) > 0 {
 		pods := make([]*corev1.Pod, len(p.victims))
 		for i, v := range p.victims {
 			pods[i] = v.Pod
 		}
-		gen := c.withdraw(fn, p.port, pods, now, now.Add(c.cfg.DrainTimeout+assumedTTL))
+		gen := h.withdraw(fn, p.port, pods, now, now.Add(s.cfg.DrainTimeout+assumedTTL))
 		for _, pod := range pods {
 			s.drains[pod.UID] = &drain{pod: pod, gen: gen, since: now}
-			c.log.Info("draining instance", "function", s.key, "pod", pod.Name, "generation", gen)
+			s.log.Info("draining instance", "function", s.key, "pod", pod.Name, "generation", gen)
 		}
 	}
 	s.progressDrains(ctx, now)
@@ -449,14 +360,14 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 		if d.Instances < s.desired {
 			dir = directionDown
 		}
-		c.metrics.scaleDecisions.WithLabelValues(s.key, dir, string(d.Reason)).Inc()
+		s.metrics.scaleDecisions.WithLabelValues(s.key, dir, string(d.Reason)).Inc()
 		reason := "ScaledUp"
 		if dir == directionDown {
 			reason = "ScaledDown"
 		}
-		c.event(fn, corev1.EventTypeNormal, reason, "desired instances %d → %d (%s; in-flight %d, queued %d)",
+		h.event(fn, corev1.EventTypeNormal, reason, "desired instances %d → %d (%s; in-flight %d, queued %d)",
 			s.desired, d.Instances, d.Reason, p.load.InFlight, p.load.Queued)
-		c.log.Info("scale", "function", s.key, "from", s.desired, "to", d.Instances, "reason", d.Reason,
+		s.log.Info("scale", "function", s.key, "from", s.desired, "to", d.Instances, "reason", d.Reason,
 			"in_flight", p.load.InFlight, "queued", p.load.Queued, "current", p.current)
 		s.desired, s.reason, s.lastScale = d.Instances, string(d.Reason), now
 	} else if fn.Spec.Oneshot {
@@ -467,7 +378,7 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 		// Written on change only: a labelled series lookup costs more than
 		// the rest of a steady tick.
 		s.counts = counts
-		c.metrics.setInstances(s.key, map[string]int{
+		s.metrics.setInstances(s.key, map[string]int{
 			stateReady: p.ready, stateNotReady: p.notReady, stateTerminating: p.terminating,
 			stateDraining: len(s.drains), stateClaiming: p.pending,
 		})
@@ -475,10 +386,10 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 	s.mu.Lock()
 	exhausted := s.exhausted
 	s.mu.Unlock()
-	if err := c.writeStatus(ctx, fn, statusView{
+	if err := h.writeStatus(ctx, fn, statusView{
 		desired: s.desired, ready: int32(p.ready), reason: s.reason, lastScale: s.lastScale,
 		exhausted: exhausted, poolErr: p.portErr,
 	}, now); err != nil {
-		c.log.Warn("status write failed", "function", s.key, "err", err)
+		s.log.Warn("status write failed", "function", s.key, "err", err)
 	}
 }

@@ -103,10 +103,10 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 	}
 
 	claimed := func() int {
-		c.mu.Lock()
-		defer c.mu.Unlock()
+		c.claims.mu.Lock()
+		defer c.claims.mu.Unlock()
 		n := 0
-		for _, as := range c.assumed {
+		for _, as := range c.claims.assumed {
 			n += len(as)
 		}
 		return n
@@ -129,9 +129,7 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 			}
 			wg.Wait()
 			eventually(t, "claims in flight to end", func() bool {
-				c.mu.Lock()
-				defer c.mu.Unlock()
-				return len(c.flights) == 0
+				return c.claims.inFlight() == 0
 			})
 			if claimed() >= most || round > 10 {
 				break
@@ -808,9 +806,7 @@ func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
 	started, most, maxGoroutines := 0, 0, 0
 	for range 30 { // ticks
 		started += c.scaleUp(cached, port, math.MaxInt32)
-		c.mu.Lock()
-		most = max(most, c.inFlightLocked())
-		c.mu.Unlock()
+		most = max(most, c.claims.inFlight())
 		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
 		time.Sleep(5 * time.Millisecond)
 	}
