@@ -253,7 +253,7 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 		return nil, fmt.Errorf("claim for function %s: waiting for a claim slot: %w", fn.Key(), ctx.Err())
 	}
 	start := time.Now()
-	info := claimInfo{Restarts: restarts(p), Router: router}
+	info := claimInfo{Restarts: restarts(p), Router: router, Callers: callersDigest(&fn.Spec.Callers)}
 	if err := c.assignPod(ctx, p, fn, port, rand.Text()); err != nil {
 		var held *heldError
 		if errors.As(err, &held) {
@@ -317,6 +317,7 @@ func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha
 		TimeoutSeconds: fn.Spec.TimeoutOrZero().Seconds(),
 		Config:         fn.Spec.Config,
 		Claim:          claim,
+		Callers:        assignCallers(&fn.Spec.Callers),
 	})
 	if err != nil {
 		return err

@@ -82,6 +82,9 @@ type controller struct {
 	// (claims shared by several callers) runs under it.
 	runCtx context.Context
 	wg     sync.WaitGroup
+	// reassigning: instances being handed their function's callers again
+	// (reassign.go).
+	reassigning reassigning
 }
 
 // fnState is what this replica last told routers about a function.

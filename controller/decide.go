@@ -126,6 +126,9 @@ type claimInfo struct {
 	// Router is the router pod a oneshot instance is handed to; empty for
 	// shared instances.
 	Router string
+	// Callers is the digest of the callers the assign handed the instance
+	// (callersDigest; "": none).
+	Callers string
 }
 
 // restarts sums the restart counts of the pod's containers.

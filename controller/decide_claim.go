@@ -73,6 +73,9 @@ func claimAnnotations(info claimInfo) map[string]string {
 	if info.Router != "" {
 		ann[annOneshotRouter] = info.Router
 	}
+	if info.Callers != "" {
+		ann[annCallers] = info.Callers
+	}
 	return ann
 }
 

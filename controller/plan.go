@@ -99,6 +99,7 @@ type plan struct {
 	terminating int
 	victims     []victim
 	retire      []*corev1.Pod // restarted, never recorded, or oneshot past its lease
+	reassign    []*corev1.Pod // instances assigned with callers the function no longer has
 	load        scaling.Load
 	keep        bool
 }
@@ -174,6 +175,11 @@ func decidePlan(in planInput, pol planPolicy, buf *planBuffers) plan {
 	}
 	p.current = len(buf.instances)
 	p.load = in.Window.Load(now, hb)
+	for _, pod := range staleCallers(fn, in.Pods) {
+		if _, draining := in.Draining[pod.UID]; !draining && !slices.Contains(cl.Retired, pod.UID) && !slices.Contains(p.retire, pod) {
+			p.reassign = append(p.reassign, pod)
+		}
+	}
 
 	if fn.Spec.Oneshot {
 		// Each instance belongs to one call: nothing to scale.

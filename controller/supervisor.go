@@ -97,6 +97,9 @@ type supervisorHost interface {
 	event(fn *v1alpha1.Function, typ, reason, format string, a ...any)
 	// writeStatus patches fn's status to v when it changed.
 	writeStatus(ctx context.Context, fn *v1alpha1.Function, v statusView, now time.Time) error
+	// reassign hands instances pods fn's current callers, in the
+	// background.
+	reassign(fn *v1alpha1.Function, port int32, pods []*corev1.Pod)
 }
 
 var _ supervisorHost = (*controller)(nil)
@@ -354,6 +357,9 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 		}
 	}
 	s.progressDrains(ctx, now)
+	if len(p.reassign) > 0 && p.portErr == nil {
+		h.reassign(fn, p.port, p.reassign)
+	}
 
 	if !fn.Spec.Oneshot && d.Instances != s.desired {
 		dir := directionUp

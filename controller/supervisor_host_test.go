@@ -72,6 +72,12 @@ func (h *fakeHost) remove(ctx context.Context, pod *corev1.Pod, reason string, u
 	h.record("remove %s: %s", pod.Name, reason)
 }
 
+func (h *fakeHost) reassign(fn *v1alpha1.Function, port int32, pods []*corev1.Pod) {
+	for _, p := range pods {
+		h.record("reassign %s", p.Name)
+	}
+}
+
 func (h *fakeHost) acked(key string, gen uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

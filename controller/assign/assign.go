@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -59,6 +60,36 @@ type Request struct {
 	// claim: a oneshot instance belongs to one call, and two claims of it
 	// must not both win.
 	Claim string `json:"claim,omitempty"`
+	// Callers are the Function's spec.callers (nil: any caller). An
+	// instance that checks them refuses a request whose X-Skipper-Caller
+	// (set by the router: "<namespace>/<serviceaccount>") they do not
+	// list. A repeat assign hands over the callers as they are now.
+	Callers *Callers `json:"callers,omitempty"`
+}
+
+// Callers are the namespaces and ServiceAccounts ("<namespace>/<name>")
+// allowed to call a function.
+type Callers struct {
+	Namespaces      []string `json:"namespaces,omitempty"`
+	ServiceAccounts []string `json:"serviceAccounts,omitempty"`
+}
+
+// HeaderCaller is the header a router tells an instance who calls with:
+// "<namespace>/<serviceaccount>" of the calling pod.
+const HeaderCaller = "X-Skipper-Caller"
+
+// Allows reports whether the caller a router named in X-Skipper-Caller
+// (account, "<namespace>/<serviceaccount>") may call. A nil c allows any
+// caller, and the empty account (no header) only then.
+func (c *Callers) Allows(account string) bool {
+	if c == nil || len(c.Namespaces) == 0 && len(c.ServiceAccounts) == 0 {
+		return true
+	}
+	ns, sa, ok := strings.Cut(account, "/")
+	if !ok || ns == "" || sa == "" {
+		return false
+	}
+	return slices.Contains(c.Namespaces, ns) || slices.Contains(c.ServiceAccounts, account)
 }
 
 // ReasonAlreadyAssigned is the reason of a 409 answer to an assign: the

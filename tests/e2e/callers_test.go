@@ -12,8 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/controller/api/v1alpha1"
 )
 
 // callerAnswer is a router's JSON error body.
@@ -127,6 +129,39 @@ func TestCallersRefused(t *testing.T) {
 	}
 	if n := instances(t, fn); n != 1 {
 		t.Errorf("%d instances after the served calls, want 1", n)
+	}
+
+	// The instance checks too: a call that goes around the routers to the
+	// pod itself, saying nobody, is refused by the instance.
+	inst, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "skipper.dev/function=" + fn})
+	if err != nil || len(inst.Items) != 1 {
+		t.Fatalf("the instance: %v %v", inst, err)
+	}
+	code, body, err = curlFrom(other, "http://"+inst.Items[0].Status.PodIP+":8080/direct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var direct callerAnswer
+	if code != http.StatusForbidden || json.Unmarshal([]byte(body), &direct) != nil || direct.Reason != "caller_unknown" {
+		t.Errorf("direct call to the instance: %d %s, want 403 caller_unknown", code, body)
+	}
+
+	// The callers change to take the other ServiceAccount too: the routers
+	// get the new callers, the owner assigns the instance again with them,
+	// and the other pod is served, by the same instance.
+	fns := env.dyn.Resource(v1alpha1.Resource).Namespace("default")
+	patch := []byte(`{"spec":{"callers":{"serviceAccounts":["default/e2e-allowed","default/e2e-other"]}}}`)
+	if _, err := fns.Patch(ctx, fn, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the other pod served once the callers list it", func(context.Context) error {
+		if code, body := callFrom(other, fn); code != http.StatusOK {
+			return fmt.Errorf("%d %s", code, body)
+		}
+		return nil
+	})
+	if n := instances(t, fn); n != 1 {
+		t.Errorf("%d instances after the callers changed, want the same 1", n)
 	}
 	if d, u := refused("caller_denied")-deniedBefore, refused("caller_unknown")-unknownBefore; d != 2 || u != 1 {
 		t.Errorf("node 1's rejected_total grew by caller_denied %v, caller_unknown %v; want 2 and 1", d, u)

@@ -162,6 +162,17 @@ func control(r *http.Request, query, header string) string {
 }
 
 func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
+	if a := s.assignment(); a != nil && !a.Request.Callers.Allows(r.Header.Get(assign.HeaderCaller)) {
+		// The function lists its callers, and no router said this is one:
+		// a call that went around the routers, or one they let through by
+		// mistake.
+		if v := r.Header.Get(assign.HeaderCaller); v != "" {
+			writeError(w, http.StatusForbidden, "caller_denied", fmt.Sprintf("function %s does not allow ServiceAccount %s", a.Function, v))
+		} else {
+			writeError(w, http.StatusForbidden, "caller_unknown", fmt.Sprintf("function %s allows only the callers it lists, and the request does not say who calls (%s, set by Skipper's routers)", a.Function, assign.HeaderCaller))
+		}
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
 	if err != nil {
 		var tooBig *http.MaxBytesError

@@ -425,3 +425,64 @@ func TestServeShutdown(t *testing.T) {
 		t.Errorf("serve: %v", err)
 	}
 }
+
+// TestCallersChecked: an instance assigned with callers serves only the
+// requests a router says come from one of them (X-Skipper-Caller); a
+// repeat assign hands over new callers; an instance of a function with
+// none serves anyone.
+func TestCallersChecked(t *testing.T) {
+	f := newFixture(t, true)
+	assignWith := func(c *assign.Callers) {
+		t.Helper()
+		b, err := json.Marshal(assign.Request{Token: f.token(t, testUID, "default/private", time.Minute), Function: "default/private", Callers: c})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if status, m := f.assign(t, string(b)); status != http.StatusOK {
+			t.Fatalf("assign: %d %v", status, m)
+		}
+	}
+	call := func(caller string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", f.ts.URL+"/hello", nil)
+		if caller != "" {
+			req.Header.Set(assign.HeaderCaller, caller)
+		}
+		resp, err := f.ts.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		reason, _ := m["reason"].(string)
+		return resp.StatusCode, reason
+	}
+	assignWith(&assign.Callers{Namespaces: []string{"team-a"}, ServiceAccounts: []string{"team-b/web"}})
+	for _, tt := range []struct {
+		caller string
+		status int
+		reason string
+	}{
+		{"team-a/default", 200, ""},
+		{"team-b/web", 200, ""},
+		{"team-b/batch", 403, "caller_denied"},
+		{"team-a", 403, "caller_denied"},
+		{"", 403, "caller_unknown"},
+	} {
+		if status, reason := call(tt.caller); status != tt.status || reason != tt.reason {
+			t.Errorf("caller %q: %d %q, want %d %q", tt.caller, status, reason, tt.status, tt.reason)
+		}
+	}
+	assignWith(&assign.Callers{Namespaces: []string{"team-c"}}) // the Function's callers changed
+	if status, _ := call("team-a/default"); status != 403 {
+		t.Errorf("a caller the new callers drop: %d, want 403", status)
+	}
+	if status, _ := call("team-c/x"); status != 200 {
+		t.Errorf("a caller the new callers add: %d, want 200", status)
+	}
+	assignWith(nil) // the Function lists no callers any more
+	if status, _ := call(""); status != 200 {
+		t.Errorf("no callers listed, a request without %s: %d, want 200", assign.HeaderCaller, status)
+	}
+}
