@@ -5,15 +5,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
 
+	"skipper.dev/skipper/noderouter/callers"
 	"skipper.dev/skipper/noderouter/route"
 )
 
@@ -170,17 +173,34 @@ func rawBackend(b *testing.B) string {
 // BenchmarkProxyWarmServed is a warm request through the router's served
 // path (server, core, forwarder) from a raw keep-alive client to a raw
 // instance on loopback, per forwarder: allocs/op are the router's own
-// (issue 14: at most 5).
+// (issue 14: at most 5). The callers variants call a function that lists
+// its callers (spec.callers, issue 16: allocations unchanged), the caller
+// found in a caller index of 10,000 pods.
 func BenchmarkProxyWarmServed(b *testing.B) {
-	for _, fwd := range []string{forwarderLoop, forwarderH1, forwarderNethttp} {
-		b.Run(fwd, func(b *testing.B) {
+	for _, name := range []string{forwarderLoop, forwarderH1, forwarderNethttp,
+		forwarderLoop + "-callers", forwarderH1 + "-callers", forwarderNethttp + "-callers"} {
+		fwd, withCallers := strings.CutSuffix(name, "-callers")
+		b.Run(name, func(b *testing.B) {
 			addr := rawBackend(b)
 			cfg := DefaultConfig()
 			cfg.NodeName, cfg.PodName = "bench", "bench"
 			cache := &route.Cache{}
+			var pol *callers.Policy
+			if withCallers {
+				pol = callers.NewPolicy([]string{"team-a", "team-b"}, []string{"team-c/web", "default/bench"})
+			}
 			cache.Store(route.Ref{Namespace: "default", Name: "echo"}, route.Update{Generation: 1,
-				Instances: []route.InstanceInfo{{Pod: "p", PodUID: "u", Address: addr}}})
+				Instances: []route.InstanceInfo{{Pod: "p", PodUID: "u", Address: addr}}, Config: route.Config{Callers: pol}})
 			p := newProxy(cfg, slog.New(slog.DiscardHandler), newMetrics("bench"), cache, nil, noResolver{b})
+			if withCallers {
+				idx := &callers.Index{}
+				for i := range 10000 {
+					ip := netip.AddrFrom4([4]byte{10, 1, byte(i >> 8), byte(i)})
+					idx.Set(fmt.Sprintf("uid-%d", i), callers.NewIdentity("other", "default", fmt.Sprintf("p-%d", i)), []netip.Addr{ip})
+				}
+				idx.Set("uid-bench", callers.NewIdentity("default", "bench", "bench"), []netip.Addr{netip.MustParseAddr("127.0.0.1")})
+				p.identify = idx.Lookup
+			}
 			url := serveProxyWith(b, p, fwd)
 			c, err := net.Dial("tcp", strings.TrimPrefix(url, "http://"))
 			if err != nil {

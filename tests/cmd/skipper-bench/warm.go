@@ -68,6 +68,8 @@ var warmContenders = []struct{ name, label string }{
 	{"loop", "Go event-loop proxy (node 1, tests/loopproxy)"},
 	{"vip", "router via the Service VIP, BPF-steered (caller on node 1)"},
 	{"kube-proxy", "router via the Service VIP, kube-proxy (caller on node 1)"},
+	{"router-pod", "router (node 1 IP:8380), from a pod on node 2"},
+	{"router-callers", "router, the same pod calling a Function with spec.callers"},
 }
 
 // warmConfig is skipper-bench warm's flags.
@@ -176,6 +178,9 @@ func (c warmConfig) validate(known []string) error {
 	if len(c.Contenders) == 0 {
 		errs = append(errs, errors.New("-contenders: none given"))
 	}
+	if slices.Contains(c.Contenders, "router-pod") != slices.Contains(c.Contenders, "router-callers") {
+		errs = append(errs, fmt.Errorf("-contenders: %w", errNoCallerPair))
+	}
 	seen := map[string]bool{}
 	for _, n := range c.Contenders {
 		if !slices.Contains(known, n) {
@@ -255,6 +260,22 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := waitCallable(ctx, env["ROUTER_URL"]+"/", fnName, 60*time.Second); err != nil {
 		return err
 	}
+	var callerNetns string
+	callersName := cfg.Namespace + "/" + warmCallersFunction
+	if slices.Contains(cfg.Contenders, "router-callers") {
+		if callerNetns, err = startCallerPod(ctx, cs, cfg.Namespace, cleanup); err != nil {
+			return err
+		}
+		if err := ensureCallersFunction(ctx, dyn, cfg); err != nil {
+			return err
+		}
+		cleanup.add(func() {
+			_ = dyn.Resource(v1alpha1.Resource).Namespace(cfg.Namespace).Delete(context.Background(), warmCallersFunction, metav1.DeleteOptions{})
+		})
+		if err := waitCallableIn(ctx, callerNetns, env["ROUTER_URL"]+"/", callersName, 60*time.Second); err != nil {
+			return err
+		}
+	}
 	inst, instNode, err := warmInstance(ctx, cs, cfg.Namespace)
 	if err != nil {
 		return err
@@ -307,6 +328,13 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		case "router":
 			c.url, c.function = env["ROUTER_URL"]+"/bench", fnName
 			c.cpuDir = linuxhost.Dirs(hs[:1], routerRel)[0]
+		case "router-pod", "router-callers":
+			c.url, c.function = env["ROUTER_URL"]+"/bench", fnName
+			if name == "router-callers" {
+				c.function = callersName
+			}
+			c.cpuDir = linuxhost.Dirs(hs[:1], routerRel)[0]
+			c.client.netns = callerNetns
 		case "nginx", "haproxy", "fasthttp", "loop":
 			kind, port := warmProxies[name].kind, warmProxies[name].port
 			dirs, err := mkcg(path.Join(path.Dir(routerRel), "skipper-bench-"+name), routerRel)
@@ -405,6 +433,10 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	for i, c := range contenders {
 		rep.Contenders = append(rep.Contenders, summarizeContender(c.name, c.label, results[i]))
+	}
+	if i, j := slices.Index(cfg.Contenders, "router-pod"), slices.Index(cfg.Contenders, "router-callers"); i >= 0 && j >= 0 {
+		cost := callersRatios(results[i], results[j])
+		rep.Callers = &cost
 	}
 	// A run cut short still reports its whole rounds, and fails.
 	return errors.Join(writeWarmReport(ctx, rep, cfg, stdout, stderr), runErr)

@@ -37,6 +37,7 @@ type warmReport struct {
 	Allocs      []allocRow         `json:"allocs,omitempty"` // the router's allocations per request (-allocs)
 	VIP         []vipRow           `json:"vip,omitempty"`    // per new connection from node 2 (-vip-n)
 	VIPN        int                `json:"vip_n,omitempty"`
+	Callers     *callersCost       `json:"callers,omitempty"` // router-callers against router-pod
 }
 
 // contenderSummary is one contender's figures over the rounds. Latencies
@@ -146,6 +147,9 @@ func (r warmReport) markdown(images []string) string {
 			"each on a new connection (connect + request, which steering changes), the paths interleaved in each of the rounds; "+
 			"each figure is the median of the rounds' p50 and p99, the range in parentheses.\n\n", r.VIPN)
 		p("%s", vipTable(r.VIP))
+	}
+	if r.Callers != nil {
+		p("%s", r.Callers.markdown())
 	}
 	if len(r.Allocs) > 0 {
 		p("\n### Allocations per proxied request\n\n")

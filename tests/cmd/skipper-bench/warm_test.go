@@ -337,11 +337,12 @@ func TestWarmFlags(t *testing.T) {
 		want    []string // contenders
 		wantErr string
 	}{
-		{"defaults", nil, []string{"direct", "router", "nginx", "haproxy", "fasthttp", "loop", "vip", "kube-proxy"}, ""},
+		{"defaults", nil, []string{"direct", "router", "nginx", "haproxy", "fasthttp", "loop", "vip", "kube-proxy", "router-pod", "router-callers"}, ""},
 		{"fasthttp alone", []string{"-contenders", "fasthttp"}, []string{"fasthttp"}, ""},
 		{"a chosen order", []string{"-contenders", "haproxy, router"}, []string{"haproxy", "router"}, ""},
 		{"unknown contender", []string{"-contenders", "router,envoy"}, nil, `unknown "envoy"`},
 		{"twice", []string{"-contenders", "router,router"}, nil, `"router" twice`},
+		{"the caller check's pair split", []string{"-contenders", "router,router-callers"}, nil, "router-pod and router-callers run together"},
 		{"all errors at once", []string{"-rounds", "0", "-duration", "1500ms", "-rate", "0"}, nil, "-rounds 0"},
 		{"fractional duration", []string{"-duration", "1500ms"}, nil, "whole seconds"},
 		{"more threads than connections", []string{"-threads", "4", "-connections", "2"}, nil, "threads ≤ connections"},
@@ -692,5 +693,21 @@ func TestCutShort(t *testing.T) {
 	md := warmReport{Rounds: 2, Stopped: "after 2 of 5 rounds: boom"}.markdown(nil)
 	if !strings.Contains(md, "- **Cut short** after 2 of 5 rounds: boom.\n") {
 		t.Errorf("markdown does not say the run was cut short:\n%s", md)
+	}
+}
+
+func TestCallersRatios(t *testing.T) {
+	round := func(cpu time.Duration, n int64) roundResult {
+		return roundResult{closed: wrkResult{Requests: n}, closedCPU: cpu, open: openResult{Total: int(n)}, openCPU: cpu}
+	}
+	without := []roundResult{round(100*time.Millisecond, 1000), round(200*time.Millisecond, 1000), round(-1, 1000)}
+	with := []roundResult{round(105*time.Millisecond, 1000), round(220*time.Millisecond, 1000), round(time.Second, 1000)}
+	c := callersRatios(without, with)
+	// Rounds pair up; one not measured is left out.
+	if c.ClosedCPU.N != 2 || math.Abs(c.ClosedCPU.Median-1.075) > 1e-9 || math.Abs(c.ClosedCPU.Min-1.05) > 1e-9 || math.Abs(c.ClosedCPU.Max-1.1) > 1e-9 {
+		t.Errorf("closed = %+v, want median 1.075 of 1.05 and 1.10", c.ClosedCPU)
+	}
+	if md := c.markdown(); !strings.Contains(md, "| closed | 1.075× (1.050–1.100) | ≤ 1.05 |") {
+		t.Errorf("markdown:\n%s", md)
 	}
 }
