@@ -83,8 +83,9 @@ type controller struct {
 	runCtx context.Context
 	wg     sync.WaitGroup
 	// reassigning: instances being handed their function's callers again
-	// (reassign.go).
-	reassigning reassigning
+	// (reassign.go); probing: pool pods routers report as instances, being
+	// asked what they hold (adopt.go).
+	reassigning, probing podWork
 }
 
 // fnState is what this replica last told routers about a function.

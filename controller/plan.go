@@ -100,8 +100,13 @@ type plan struct {
 	victims     []victim
 	retire      []*corev1.Pod // restarted, never recorded, or oneshot past its lease
 	reassign    []*corev1.Pod // instances assigned with callers the function no longer has
-	load        scaling.Load
-	keep        bool
+	// probe are pod UIDs routers report as instances of the function that
+	// are no instance of it here: maybe a claim whose record never landed
+	// (its controller died between the assign and the record). Their
+	// instances are asked what they hold, and adopted if they hold one.
+	probe []types.UID
+	load  scaling.Load
+	keep  bool
 }
 
 // planBuffers are slices a supervisor reuses from tick to tick, so a
@@ -109,7 +114,11 @@ type plan struct {
 type planBuffers struct {
 	instances  []scaling.Instance
 	candidates []victim
+	reported   []string
 }
+
+// probeBatch bounds the reported pods one tick asks about.
+const probeBatch = 4
 
 // decidePlan decides one tick from in: which instances to retire, the
 // scaling decision (scaling.Decide; a oneshot function is not scaled),
@@ -175,8 +184,19 @@ func decidePlan(in planInput, pol planPolicy, buf *planBuffers) plan {
 	}
 	p.current = len(buf.instances)
 	p.load = in.Window.Load(now, hb)
+	buf.reported = in.Window.Reported(now, hb, buf.reported[:0])
+	for _, uid := range buf.reported {
+		u := types.UID(uid)
+		if len(p.probe) == probeBatch {
+			break
+		}
+		if !containsPod(in.Pods, u) && !containsPod(cl.Assumed, u) && !slices.Contains(cl.Reserved, u) && !slices.Contains(cl.Retired, u) {
+			p.probe = append(p.probe, u)
+		}
+	}
 	for _, pod := range staleCallers(fn, in.Pods) {
-		if _, draining := in.Draining[pod.UID]; !draining && !slices.Contains(cl.Retired, pod.UID) && !slices.Contains(p.retire, pod) {
+		if _, draining := in.Draining[pod.UID]; !draining && !slices.Contains(cl.Retired, pod.UID) &&
+			!slices.Contains(cl.Reserved, pod.UID) && !slices.Contains(p.retire, pod) {
 			p.reassign = append(p.reassign, pod)
 		}
 	}

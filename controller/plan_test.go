@@ -22,6 +22,7 @@ type planSummary struct {
 	Retire, Victims              []string
 	InFlight                     int64
 	Keep                         bool
+	Reassign, Probe              []string
 }
 
 func summarize(p plan) planSummary {
@@ -33,6 +34,10 @@ func summarize(p plan) planSummary {
 	}
 	for _, v := range p.victims {
 		s.Victims = append(s.Victims, v.Pod.Name)
+	}
+	s.Reassign = names(p.reassign)
+	for _, u := range p.probe {
+		s.Probe = append(s.Probe, string(u))
 	}
 	return s
 }
@@ -107,6 +112,27 @@ func TestDecidePlan(t *testing.T) {
 			},
 			window: testWindow(warm, recent, 25),
 			want:   planSummary{Instances: 3, Reason: scaling.ReasonInFlight, Current: 3, Pending: 1, Ready: 2, InFlight: 25, Keep: true},
+		},
+		{
+			// Routers report uid-q, no instance here: asked. Instances, the
+			// assumed and the reserved are not; the callers changed, so the
+			// recorded instance is assigned again (not the assumed one,
+			// whose record carries them, nor the reserved one).
+			name: "reported pods that are no instance here are probed; instances of old callers re-assigned",
+			fn:   func(f *v1alpha1.Function) { f.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a"}} },
+			pods: []*corev1.Pod{inst("a"), inst("r")},
+			claims: claimView{
+				Assumed:  []*corev1.Pod{claimedCopy(testPod("n"), fn, claimInfo{At: t0, Restarts: 2, Callers: callersDigest(&v1alpha1.Callers{Namespaces: []string{"team-a"}})})},
+				Reserved: []types.UID{"uid-r"},
+			},
+			window: func() *scaling.Window {
+				w := testWindow(warm, recent, 0)
+				w.Observe(t0, scaling.Report{Router: scaling.RouterID{Pod: "r2", Incarnation: "i"}, Sequence: 1, Sent: t0,
+					Instances: []scaling.InstanceReport{{PodUID: "uid-a"}, {PodUID: "uid-n"}, {PodUID: "uid-r"}, {PodUID: "uid-q"}}})
+				return w
+			}(),
+			want: planSummary{Instances: 1, Reason: scaling.ReasonActive, Current: 2, Ready: 2, Keep: true, Victims: []string{"n"},
+				Reassign: []string{"a"}, Probe: []string{"uid-q"}},
 		},
 		{
 			name:     "a restarted instance is retired, unless it drains",

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,29 +73,51 @@ func staleCallers(fn *v1alpha1.Function, pods []*corev1.Pod) []*corev1.Pod {
 	return out
 }
 
-// reassigning are the pods a re-assign is under way for.
-type reassigning struct {
+// podWork is the pods a piece of background work is under way for, or
+// was done for lately: start refuses a pod until its work is done and the
+// pause done gave it has passed.
+type podWork struct {
 	mu   sync.Mutex
-	pods map[types.UID]bool
+	pods map[types.UID]time.Time // until when start refuses the pod
 }
 
-func (r *reassigning) start(uid types.UID) bool {
+// start claims uid for work at now; false while it is under way or
+// resting.
+func (r *podWork) start(uid types.UID, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.pods[uid] {
+	if until, ok := r.pods[uid]; ok && now.Before(until) {
 		return false
 	}
 	if r.pods == nil {
-		r.pods = map[types.UID]bool{}
+		r.pods = map[types.UID]time.Time{}
 	}
-	r.pods[uid] = true
+	for u, until := range r.pods {
+		if !now.Before(until) {
+			delete(r.pods, u)
+		}
+	}
+	r.pods[uid] = now.Add(24 * time.Hour) // under way
 	return true
 }
 
-func (r *reassigning) done(uid types.UID) {
+// done ends uid's work; start refuses it until until.
+func (r *podWork) done(uid types.UID, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	delete(r.pods, uid)
+	r.pods[uid] = until
+}
+
+// busy reports work under way or resting, for tests.
+func (r *podWork) busy(now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, until := range r.pods {
+		if now.Before(until) {
+			return true
+		}
+	}
+	return false
 }
 
 // reassign hands fn's instances pods their callers again, in the
@@ -104,11 +127,11 @@ func (r *reassigning) done(uid types.UID) {
 func (c *controller) reassign(fn *v1alpha1.Function, port int32, pods []*corev1.Pod) {
 	digest := callersDigest(&fn.Spec.Callers)
 	for _, pod := range pods {
-		if !c.reassigning.start(pod.UID) {
+		if !c.reassigning.start(pod.UID, time.Now()) {
 			continue
 		}
 		c.wg.Go(func() {
-			defer c.reassigning.done(pod.UID)
+			defer c.reassigning.done(pod.UID, time.Time{})
 			ctx, cancel := context.WithTimeout(c.runCtx, 2*c.cfg.AssignTimeout)
 			defer cancel()
 			if err := c.assignPod(ctx, pod, fn, port, ""); err != nil {
@@ -128,12 +151,4 @@ func (c *controller) reassign(fn *v1alpha1.Function, port int32, pods []*corev1.
 			c.log.Info("instance assigned again with the function's callers", "function", fn.Key(), "pod", pod.Name, "callers", digest)
 		})
 	}
-}
-
-// pendingReassign reports whether pods hold a re-assign under way, for
-// tests.
-func (c *controller) pendingReassign() bool {
-	c.reassigning.mu.Lock()
-	defer c.reassigning.mu.Unlock()
-	return len(c.reassigning.pods) > 0
 }

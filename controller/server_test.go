@@ -92,6 +92,17 @@ func newTestEnv(t *testing.T) *testEnv {
 }
 
 func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet && r.URL.Path == assign.Path {
+		e.mu.Lock()
+		held := e.holds[r.URL.Query().Get("pod")]
+		e.mu.Unlock()
+		if held == "" {
+			http.Error(w, `{"reason":"unassigned"}`, http.StatusNotFound)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(assign.Assignment{Function: held})
+		return
+	}
 	if r.Method != http.MethodPost || r.URL.Path != assign.Path {
 		http.Error(w, "wrong endpoint", http.StatusNotFound)
 		return
@@ -757,18 +768,14 @@ func TestForwardsOnceToOwner(t *testing.T) {
 	}
 }
 
-func TestConnectPushesUpdates(t *testing.T) {
-	e := newTestEnv(t)
-	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
-	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ReportInterval = 2 * time.Second })
-
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
+// helloStream opens a Connect stream to r as router id and returns it
+// with r's Welcome.
+func helloStream(t *testing.T, ctx context.Context, r *replica, id *skipperv1.RouterIdentity) (grpc.BidiStreamingClient[skipperv1.RouterMessage, skipperv1.ControllerMessage], *skipperv1.Welcome) {
+	t.Helper()
 	stream, err := r.client.Connect(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-x", Incarnation: "i1", ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1}
 	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
 		t.Fatal(err)
 	}
@@ -776,7 +783,18 @@ func TestConnectPushesUpdates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := m.GetWelcome()
+	return stream, m.GetWelcome()
+}
+
+func TestConnectPushesUpdates(t *testing.T) {
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ReportInterval = 2 * time.Second })
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-x", Incarnation: "i1", ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1}
+	stream, w := helloStream(t, ctx, r, id)
 	if w.GetController() != "ctl-0" || w.GetReportInterval().AsDuration() != 2*time.Second || w.GetProtocolVersion() != skipperv1.ProtocolVersion_PROTOCOL_VERSION_1 {
 		t.Fatalf("welcome = %v", w)
 	}

@@ -100,6 +100,9 @@ type supervisorHost interface {
 	// reassign hands instances pods fn's current callers, in the
 	// background.
 	reassign(fn *v1alpha1.Function, port int32, pods []*corev1.Pod)
+	// probe asks the instances of the pool pods uids what they hold, in
+	// the background, and adopts those that hold a function.
+	probe(fn *v1alpha1.Function, port int32, uids []types.UID)
 }
 
 var _ supervisorHost = (*controller)(nil)
@@ -359,6 +362,9 @@ func (s *supervisor) apply(ctx context.Context, fn *v1alpha1.Function, p *plan, 
 	s.progressDrains(ctx, now)
 	if len(p.reassign) > 0 && p.portErr == nil {
 		h.reassign(fn, p.port, p.reassign)
+	}
+	if len(p.probe) > 0 && p.portErr == nil {
+		h.probe(fn, p.port, p.probe)
 	}
 
 	if !fn.Spec.Oneshot && d.Instances != s.desired {

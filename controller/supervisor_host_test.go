@@ -78,6 +78,12 @@ func (h *fakeHost) reassign(fn *v1alpha1.Function, port int32, pods []*corev1.Po
 	}
 }
 
+func (h *fakeHost) probe(fn *v1alpha1.Function, port int32, uids []types.UID) {
+	for _, u := range uids {
+		h.record("probe %s", u)
+	}
+}
+
 func (h *fakeHost) acked(key string, gen uint64) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

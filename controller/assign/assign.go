@@ -92,6 +92,21 @@ func (c *Callers) Allows(account string) bool {
 	return slices.Contains(c.Namespaces, ns) || slices.Contains(c.ServiceAccounts, account)
 }
 
+// Assignment is the JSON body of GET on Path: the function the instance
+// holds. An instance that holds none answers 404 (reason unassigned), and
+// one asked with ?pod=<uid> that is not that pod 404 (reason other_pod).
+// Controllers ask it of a pool pod routers report as an instance, whose
+// record may never have landed.
+type Assignment struct {
+	Function string `json:"function"`
+}
+
+// Reasons of GET's 404.
+const (
+	ReasonUnassigned = "unassigned"
+	ReasonOtherPod   = "other_pod"
+)
+
 // ReasonAlreadyAssigned is the reason of a 409 answer to an assign: the
 // instance accepted another function before (an instance accepts exactly
 // one for its life; a repeat for the same function is accepted).

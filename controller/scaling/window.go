@@ -1,6 +1,9 @@
 package scaling
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // RouterID identifies one router process: its pod and its incarnation
 // (random per process start; cumulative counters restart with it).
@@ -204,6 +207,22 @@ func (w *Window) Fill(now time.Time, timeout time.Duration, uid string, inst *In
 // tie, so the result never depends on map order.
 func newer(has bool, seen, heldSeen time.Time, v, held int64) bool {
 	return !has || seen.After(heldSeen) || (seen.Equal(heldSeen) && v > held)
+}
+
+// Reported appends to dst the pod UIDs of the instances routers heard from
+// within timeout of now report, sorted, each once.
+func (w *Window) Reported(now time.Time, timeout time.Duration, dst []string) []string {
+	start := len(dst)
+	for _, st := range w.routers {
+		if !live(st, now, timeout) {
+			continue
+		}
+		for uid := range st.instances {
+			dst = append(dst, uid)
+		}
+	}
+	slices.Sort(dst[start:])
+	return append(dst[:start], slices.Compact(dst[start:])...)
 }
 
 // Prune forgets routers not heard from within timeout of now (they already

@@ -222,6 +222,19 @@ func TestWindowPruneAndWarmUp(t *testing.T) {
 	}
 }
 
+func TestWindowReported(t *testing.T) {
+	w := NewWindow(t0)
+	w.Observe(t0, Report{Router: rA, Sequence: 1, Sent: t0, Instances: []InstanceReport{{PodUID: "u2"}, {PodUID: "u1"}}})
+	w.Observe(t0.Add(time.Second), Report{Router: rB, Sequence: 1, Sent: t0, Instances: []InstanceReport{{PodUID: "u1"}, {PodUID: "u3"}}})
+	if diff := cmp.Diff([]string{"u1", "u2", "u3"}, w.Reported(t0.Add(time.Second), hbTimeout, nil)); diff != "" {
+		t.Errorf("Reported (-want +got):\n%s", diff)
+	}
+	// rA goes silent: its instances are no longer reported; dst is kept.
+	if diff := cmp.Diff([]string{"x", "u1", "u3"}, w.Reported(t0.Add(hbTimeout), hbTimeout, []string{"x"})); diff != "" {
+		t.Errorf("Reported after rA's silence (-want +got):\n%s", diff)
+	}
+}
+
 // FuzzWindow delivers each router incarnation's reports (router a's second
 // incarnation starting once a1 stops) with losses, repeats and reordering and checks that the counted requests never exceed
 // what the accepted reports prove happened, and equal it when delivery is in

@@ -42,6 +42,7 @@ type Server struct {
 func NewServer(cfg Config, log *slog.Logger) *Server {
 	s := &Server{cfg: cfg, log: log, now: time.Now, mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST "+assign.Path, s.handleAssign)
+	s.mux.HandleFunc("GET "+assign.Path, s.handleAssignment)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, "ok\n")
@@ -125,6 +126,21 @@ func (s *Server) handleAssign(w http.ResponseWriter, r *http.Request) {
 		s.log.Info("assigned", "function", req.Function, "oneshot", req.Oneshot)
 	}
 	writeJSON(w, http.StatusOK, assignResponse{Ready: true, Function: req.Function, Pod: s.cfg.PodName, PodUID: s.cfg.PodUID})
+}
+
+// handleAssignment answers what the instance holds (assign.Assignment),
+// 404 unassigned when nothing, 404 other_pod when asked as another pod.
+func (s *Server) handleAssignment(w http.ResponseWriter, r *http.Request) {
+	if uid := r.URL.Query().Get("pod"); uid != "" && uid != s.cfg.PodUID {
+		writeError(w, http.StatusNotFound, assign.ReasonOtherPod, fmt.Sprintf("this instance is pod %s, not %s", s.cfg.PodUID, uid))
+		return
+	}
+	a := s.assignment()
+	if a == nil {
+		writeError(w, http.StatusNotFound, assign.ReasonUnassigned, "the instance holds no function")
+		return
+	}
+	writeJSON(w, http.StatusOK, assign.Assignment{Function: a.Function})
 }
 
 func (s *Server) assignment() *assignment {

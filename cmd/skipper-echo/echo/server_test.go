@@ -486,3 +486,36 @@ func TestCallersChecked(t *testing.T) {
 		t.Errorf("no callers listed, a request without %s: %d, want 200", assign.HeaderCaller, status)
 	}
 }
+
+// TestAssignmentAnswered: GET on the assign endpoint says what the
+// instance holds, read-only: nothing (404 unassigned), then the function
+// assigned; asked as another pod, 404 other_pod.
+func TestAssignmentAnswered(t *testing.T) {
+	f := newFixture(t, true)
+	get := func(query string) (int, map[string]any) {
+		t.Helper()
+		resp, err := f.ts.Client().Get(f.ts.URL + assign.Path + query)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m
+	}
+	if status, m := get("?pod=" + testUID); status != http.StatusNotFound || m["reason"] != assign.ReasonUnassigned {
+		t.Errorf("unassigned: %d %v", status, m)
+	}
+	if status, m := f.assign(t, assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo")); status != http.StatusOK {
+		t.Fatalf("assign: %d %v", status, m)
+	}
+	if status, m := get("?pod=" + testUID); status != http.StatusOK || m["function"] != "default/echo" {
+		t.Errorf("assigned: %d %v", status, m)
+	}
+	if status, m := get(""); status != http.StatusOK || m["function"] != "default/echo" {
+		t.Errorf("assigned, asked without a pod: %d %v", status, m)
+	}
+	if status, m := get("?pod=someone-else"); status != http.StatusNotFound || m["reason"] != assign.ReasonOtherPod {
+		t.Errorf("asked as another pod: %d %v", status, m)
+	}
+}
