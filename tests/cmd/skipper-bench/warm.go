@@ -201,6 +201,9 @@ type contender struct {
 	function    string    // x-skipper-function header; "" none
 	client      placement // where wrk and the open-loop generator run
 	cpuDir      string    // cgroup2 dir of the proxy's processes; "" none
+	// before and after, when set, run around each of the contender's
+	// runs, unmeasured.
+	before, after func(context.Context) error
 }
 
 // runWarm is skipper-bench warm: see the usage text in parseWarmFlags.
@@ -261,18 +264,11 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	var callerNetns string
-	callersName := cfg.Namespace + "/" + warmCallersFunction
 	if slices.Contains(cfg.Contenders, "router-callers") {
 		if callerNetns, err = startCallerPod(ctx, cs, cfg.Namespace, cleanup); err != nil {
 			return err
 		}
-		if err := ensureCallersFunction(ctx, dyn, cfg); err != nil {
-			return err
-		}
-		cleanup.add(func() {
-			_ = dyn.Resource(v1alpha1.Resource).Namespace(cfg.Namespace).Delete(context.Background(), warmCallersFunction, metav1.DeleteOptions{})
-		})
-		if err := waitCallableIn(ctx, callerNetns, env["ROUTER_URL"]+"/", callersName, 60*time.Second); err != nil {
+		if err := waitCallableIn(ctx, callerNetns, env["ROUTER_URL"]+"/", fnName, 60*time.Second); err != nil {
 			return err
 		}
 	}
@@ -330,11 +326,17 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			c.cpuDir = linuxhost.Dirs(hs[:1], routerRel)[0]
 		case "router-pod", "router-callers":
 			c.url, c.function = env["ROUTER_URL"]+"/bench", fnName
-			if name == "router-callers" {
-				c.function = callersName
-			}
 			c.cpuDir = linuxhost.Dirs(hs[:1], routerRel)[0]
 			c.client.netns = callerNetns
+			if name == "router-callers" {
+				// Every other contender calls with no callers set.
+				c.before = func(ctx context.Context) error {
+					return setCallers(ctx, dyn, cfg, env["ROUTER_URL"], callerNetns, true)
+				}
+				c.after = func(ctx context.Context) error {
+					return setCallers(ctx, dyn, cfg, env["ROUTER_URL"], callerNetns, false)
+				}
+			}
 		case "nginx", "haproxy", "fasthttp", "loop":
 			kind, port := warmProxies[name].kind, warmProxies[name].port
 			dirs, err := mkcg(path.Join(path.Dir(routerRel), "skipper-bench-"+name), routerRel)
@@ -382,7 +384,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	// Warm up every contender (connections, the instance's and proxies'
 	// code paths) and check it answers before anything is recorded.
 	for _, c := range contenders {
-		r, err := runWrk(ctx, bins["wrk"], c, cfg, time.Second)
+		r, err := around(ctx, c, func() (wrkResult, error) { return runWrk(ctx, bins["wrk"], c, cfg, time.Second) })
 		if err != nil {
 			return fmt.Errorf("%s: warm-up: %w", c.name, err)
 		}
@@ -450,12 +452,22 @@ func runRounds(ctx context.Context, contenders []contender, cfg warmConfig, wrk,
 		for i, c := range contenders {
 			var rr roundResult
 			var err error
+			if c.before != nil {
+				if err := c.before(ctx); err != nil {
+					return trimRounds(results, round-1), round - 1, fmt.Errorf("round %d, %s, before: %w", round, c.name, err)
+				}
+			}
 			cpu := cpuMeter(c.cpuDir)
 			if rr.closed, rr.closedCPU, err = measure(cpu, func() (wrkResult, error) { return runWrk(ctx, wrk, c, cfg, cfg.Duration) }); err != nil {
 				return trimRounds(results, round-1), round - 1, fmt.Errorf("round %d, %s, closed loop: %w", round, c.name, err)
 			}
 			if rr.open, rr.openCPU, err = measure(cpu, func() (openResult, error) { return runOpen(ctx, self, c, cfg) }); err != nil {
 				return trimRounds(results, round-1), round - 1, fmt.Errorf("round %d, %s, open loop: %w", round, c.name, err)
+			}
+			if c.after != nil {
+				if err := c.after(ctx); err != nil {
+					return trimRounds(results, round-1), round - 1, fmt.Errorf("round %d, %s, after: %w", round, c.name, err)
+				}
 			}
 			results[i] = append(results[i], rr)
 			fmt.Fprintf(stderr, "  round %d %-10s closed %7.0f req/s p99 %-9s cpu %s errors %d | open p99 %-9s cpu %s errors %d\n", round, c.name,
@@ -464,6 +476,23 @@ func runRounds(ctx context.Context, contenders []contender, cfg warmConfig, wrk,
 		}
 	}
 	return results, cfg.Rounds, nil
+}
+
+// around runs f between c's before and after hooks.
+func around[T any](ctx context.Context, c contender, f func() (T, error)) (T, error) {
+	var zero T
+	if c.before != nil {
+		if err := c.before(ctx); err != nil {
+			return zero, err
+		}
+	}
+	v, err := f()
+	if c.after != nil {
+		if aerr := c.after(ctx); aerr != nil && err == nil {
+			return zero, aerr
+		}
+	}
+	return v, err
 }
 
 // cpuPerReq renders CPU per request for the progress lines.

@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"os/exec"
 	"strings"
 	"time"
@@ -12,7 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
@@ -22,15 +25,15 @@ import (
 )
 
 // The caller check's cost (issue 16): contenders router-pod and
-// router-callers call node 1's router from the same pod (a caller pod the
-// bench makes on node 2, its ServiceAccount skipper-bench-caller), the
-// first the bench Function, the second one whose spec.callers list that
-// ServiceAccount. The router identifies the pod by its address in the
-// caller index on every request of the second.
+// router-callers call the bench Function through node 1's router from the
+// same pod (a caller pod the bench makes on node 2, its ServiceAccount
+// skipper-bench-caller), the same instance answering; router-callers runs
+// with spec.callers set on the Function, listing that ServiceAccount
+// (set before its runs and removed after them), so the router identifies
+// the pod by its address in the caller index on every request.
 const (
-	benchCaller         = "skipper-bench-caller"
-	warmCallersFunction = warmFunction + "-callers"
-	callerNode          = 2
+	benchCaller = "skipper-bench-caller"
+	callerNode  = 2
 )
 
 // startCallerPod makes the caller pod and its ServiceAccount in ns on
@@ -104,25 +107,55 @@ func waitGone(ctx context.Context, cs kubernetes.Interface, ns, name string, tim
 	}
 }
 
-// ensureCallersFunction makes the Function that lists the caller pod's
-// ServiceAccount: one instance, as the bench Function.
-func ensureCallersFunction(ctx context.Context, dyn dynamic.Interface, cfg warmConfig) error {
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "Function",
-		"metadata": map[string]any{"name": warmCallersFunction, "namespace": cfg.Namespace},
-		"spec": map[string]any{"pool": cfg.Pool, "minInstances": int64(1), "maxInstances": int64(1),
-			// A list of some length, the caller's entry last: what a
-			// Function shared by a few teams lists.
-			"callers": map[string]any{
-				"namespaces":      []any{"team-a", "team-b", "team-c"},
-				"serviceAccounts": []any{"team-d/web", "team-e/batch", cfg.Namespace + "/" + benchCaller},
-			}},
-	}}
-	_, err := dyn.Resource(v1alpha1.Resource).Namespace(cfg.Namespace).Create(ctx, obj, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create Function %s/%s: %w", cfg.Namespace, warmCallersFunction, err)
+// setCallers sets spec.callers on the bench Function fn (on: a list of
+// some length, as a Function shared by a few teams has, naming the caller
+// pod's ServiceAccount last; off: none) and waits until they are applied:
+// node 1's router refuses the host, which is no pod, with them (403) and
+// serves it without (200), and the caller pod is served (its instance,
+// assigned again with the callers, too).
+func setCallers(ctx context.Context, dyn dynamic.Interface, cfg warmConfig, routerURL, netns string, on bool) error {
+	callers := any(nil)
+	want := http.StatusOK
+	if on {
+		callers = map[string]any{
+			"namespaces":      []any{"team-a", "team-b", "team-c"},
+			"serviceAccounts": []any{"team-d/web", "team-e/batch", cfg.Namespace + "/" + benchCaller},
+		}
+		want = http.StatusForbidden
 	}
-	return nil
+	patch, err := json.Marshal(map[string]any{"spec": map[string]any{"callers": callers}})
+	if err != nil {
+		return err
+	}
+	if _, err := dyn.Resource(v1alpha1.Resource).Namespace(cfg.Namespace).Patch(ctx, warmFunction, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("spec.callers of %s/%s: %w", cfg.Namespace, warmFunction, err)
+	}
+	fn := cfg.Namespace + "/" + warmFunction
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{Proxy: nil}}
+	defer c.CloseIdleConnections()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code := 0
+		if req, err := http.NewRequestWithContext(ctx, http.MethodGet, routerURL+"/", nil); err == nil {
+			req.Header.Set("x-skipper-function", fn)
+			if resp, err := c.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				code = resp.StatusCode
+			}
+		}
+		if code == want {
+			return waitCallableIn(ctx, netns, routerURL+"/", fn, 30*time.Second)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("spec.callers %v on %s: the host still gets %d, want %d", on, fn, code, want)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // waitCallableIn is waitCallable from the network namespace netns (curl in
@@ -177,9 +210,10 @@ func callersRatios(without, with []roundResult) callersCost {
 func (c callersCost) markdown() string {
 	var b strings.Builder
 	b.WriteString("\n### The caller check (`spec.callers`)\n\n")
-	b.WriteString("Contenders router-pod and router-callers call node 1's router from the same pod on node 2: the bench Function, " +
-		"and one whose `spec.callers` list 3 namespaces and 3 ServiceAccounts, the caller's last (the router looks the caller up " +
-		"in its index of the cluster's pods on every request). Ratios of the router's CPU per request, with the check over without, " +
+	b.WriteString("Contenders router-pod and router-callers call the bench Function through node 1's router from the same pod on node 2, " +
+		"the same instance answering; router-callers runs with the Function's `spec.callers` set to 3 namespaces and 3 ServiceAccounts, " +
+		"the caller's last (set before its runs, removed after: the router looks the caller up in its index of the cluster's pods on every request, " +
+		"and tells the instance, which checks it too). Ratios of the router's CPU per request, with the check over without, " +
 		"per round (the two run back to back), median and range.\n\n")
 	b.WriteString("| loop | router CPU / request, callers set ÷ empty | target |\n|---|---|---|\n")
 	fmt.Fprintf(&b, "| closed | %s | ≤ 1.05 |\n", fmtStat(c.ClosedCPU, "%.3f", "×"))
