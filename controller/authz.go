@@ -190,6 +190,19 @@ func (a *authz) state(ctx context.Context) error {
 	return denied("%s: GetState is for controller replicas (%s) and group %q", id, a.controller, a.debugGroup)
 }
 
+// tokenExpiry is a channel that receives when the token ctx's caller
+// authenticated with expires (nil, never, with auth off or no expiry).
+func tokenExpiry(ctx context.Context, auth bool) <-chan time.Time {
+	if !auth {
+		return nil
+	}
+	id, ok := trust.FromContext(ctx)
+	if !ok || id.Expires.IsZero() {
+		return nil
+	}
+	return time.After(time.Until(id.Expires))
+}
+
 // callerToken returns the metadata a replica forwarding ctx's request
 // adds: the original caller's token, for the owner to review.
 func callerToken(ctx context.Context) (context.Context, error) {

@@ -276,3 +276,21 @@ func TestEveryMethodHasARule(t *testing.T) {
 		t.Error("denyUnruled lets an unruled method through, or refuses a ruled one")
 	}
 }
+
+// TestTokenExpiryEndsStreams: a Connect stream ends when the token it was
+// authorised with expires (tokenExpiry's channel), never with auth off or
+// a token without an expiry.
+func TestTokenExpiryEndsStreams(t *testing.T) {
+	soon := trust.WithIdentity(t.Context(), trust.Identity{User: "r", Expires: time.Now().Add(20 * time.Millisecond)})
+	select {
+	case <-tokenExpiry(soon, true):
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream's token expired and its channel did not fire")
+	}
+	if tokenExpiry(soon, false) != nil {
+		t.Error("auth off: an expiry")
+	}
+	if tokenExpiry(trust.WithIdentity(t.Context(), trust.Identity{User: "r"}), true) != nil || tokenExpiry(t.Context(), true) != nil {
+		t.Error("no expiry, or no identity: an expiry")
+	}
+}

@@ -358,6 +358,11 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 		return grpcError(err)
 	}
 	defer c.hub.unregister(rs)
+	// A stream is authorised once, at its Hello, with the token it was
+	// opened with; it ends when that token does, and the router opens a
+	// new one with its renewed token (the kubelet renews a projected token
+	// well before it expires).
+	expired := tokenExpiry(stream.Context(), s.authz != nil)
 	epoch, _ := c.ringView()
 	if err := stream.Send(&skipperv1.ControllerMessage{Message: &skipperv1.ControllerMessage_Welcome{Welcome: &skipperv1.Welcome{
 		Controller:      c.cfg.PodName,
@@ -447,6 +452,9 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 			return status.Error(codes.Aborted, "replaced by a newer stream of the same router")
 		case <-s.closing:
 			return status.Error(codes.Unavailable, ErrShuttingDown.Error())
+		case <-expired:
+			log.Info("router stream's token expired; the router reconnects with its renewed one")
+			return status.Error(codes.Unauthenticated, "the token this stream was opened with has expired: reconnect with the renewed one")
 		case <-stream.Context().Done():
 			return status.FromContextError(stream.Context().Err()).Err()
 		}
