@@ -2,8 +2,12 @@ package controller
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +17,10 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
 )
 
 func TestEnsureKeyConfigMap(t *testing.T) {
@@ -168,4 +175,123 @@ func TestAssignKeyConfigMapFollowsNamespaces(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, "the key ConfigMap removed with the last pool", func() bool { return !exists("default") })
+}
+
+// newTestAssignKey is a fresh signing key publishing only itself.
+func newTestAssignKey(tb testing.TB) assignKey {
+	tb.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k, err := newAssignKey(priv, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
+}
+
+// TestKeyFromSecret: the controller signs with ed25519.key and publishes
+// its public key first, then the others in the Secret's ed25519.pub (a
+// rotation's other key), each once; a Secret as the controller makes it
+// publishes exactly what it did before key rotation existed.
+func TestKeyFromSecret(t *testing.T) {
+	oldPub, oldPriv, _ := ed25519.GenerateKey(rand.Reader)
+	newPub, newPriv, _ := ed25519.GenerateKey(rand.Reader)
+	privPEM := func(k ed25519.PrivateKey) []byte {
+		b, err := assign.MarshalPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	pubPEM := func(keys ...ed25519.PublicKey) []byte {
+		var out []byte
+		for _, k := range keys {
+			b, err := assign.MarshalPublicKey(k)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b...)
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		data    map[string][]byte
+		sign    ed25519.PrivateKey
+		publish []ed25519.PublicKey
+		wantErr string
+	}{
+		{name: "as created", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv), assignKeyPublicKey: pubPEM(oldPub)},
+			sign: oldPriv, publish: []ed25519.PublicKey{oldPub}},
+		{name: "no public key", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv)},
+			sign: oldPriv, publish: []ed25519.PublicKey{oldPub}},
+		{name: "rotation: the next key published", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv), assignKeyPublicKey: pubPEM(oldPub, newPub)},
+			sign: oldPriv, publish: []ed25519.PublicKey{oldPub, newPub}},
+		{name: "rotation: signing with the next key", data: map[string][]byte{assignKeyPrivateKey: privPEM(newPriv), assignKeyPublicKey: pubPEM(oldPub, newPub)},
+			sign: newPriv, publish: []ed25519.PublicKey{newPub, oldPub}},
+		{name: "rotation: the old key dropped", data: map[string][]byte{assignKeyPrivateKey: privPEM(newPriv), assignKeyPublicKey: pubPEM(newPub)},
+			sign: newPriv, publish: []ed25519.PublicKey{newPub}},
+		{name: "the signing key's public key left out", data: map[string][]byte{assignKeyPrivateKey: privPEM(newPriv), assignKeyPublicKey: pubPEM(oldPub)},
+			sign: newPriv, publish: []ed25519.PublicKey{newPub, oldPub}},
+		{name: "a bad public key", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv), assignKeyPublicKey: append(pubPEM(oldPub), privPEM(newPriv)...)},
+			wantErr: "key ed25519.pub: parse public key: PEM block 2"},
+		{name: "no private key", data: map[string][]byte{assignKeyPublicKey: pubPEM(oldPub)}, wantErr: "key ed25519.key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			k, err := keyFromSecret(&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: assignKeySecret}, Data: tt.data})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("keyFromSecret() error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !k.sign.Equal(tt.sign) {
+				t.Error("signs with another key")
+			}
+			if diff := cmp.Diff(string(pubPEM(tt.publish...)), string(k.pubPEM)); diff != "" {
+				t.Errorf("published (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestAssignKeyRotationPublished: a replica started on a Secret that
+// lists a rotation's two public keys publishes both to every namespace,
+// and its assigns verify with the one it signs with.
+func TestAssignKeyRotationPublished(t *testing.T) {
+	e := newTestEnv(t)
+	secret, priv := testKey(t)
+	nextPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	next, err := assign.MarshalPublicKey(nextPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret.Data[assignKeyPublicKey] = append(secret.Data[assignKeyPublicKey], next...)
+	e.add(secret, poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
+		t.Fatal(err)
+	}
+	reqs := e.assignRequests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d assign requests, want 1", len(reqs))
+	}
+	if _, err := assign.VerifyRequest([]ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}, reqs[0], "uid-p1", time.Now()); err != nil {
+		t.Errorf("the assign does not verify with the Secret's ed25519.key: %v", err)
+	}
+	want := []ed25519.PublicKey{priv.Public().(ed25519.PublicKey), nextPub}
+	eventually(t, "both keys in ConfigMap default/skipper-assign-key", func() bool {
+		cm, err := e.core.CoreV1().ConfigMaps("default").Get(t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+		if err != nil {
+			return false
+		}
+		got, err := assign.ParsePublicKeys([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
+		return err == nil && cmp.Diff(want, got) == ""
+	})
 }

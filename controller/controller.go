@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
-	"skipper.dev/skipper/controller/assign"
 	"skipper.dev/skipper/controller/ring"
 )
 
@@ -134,16 +133,12 @@ func (b *broadcast) notify() {
 	}
 }
 
-func newController(cfg Config, self string, log *slog.Logger, core kubernetes.Interface, dyn dynamic.Interface, key ed25519.PrivateKey, m *metrics) (*controller, error) {
-	pub, err := assign.MarshalPublicKey(key.Public().(ed25519.PublicKey))
-	if err != nil {
-		return nil, err
-	}
+func newController(cfg Config, self string, log *slog.Logger, core kubernetes.Interface, dyn dynamic.Interface, key assignKey, m *metrics) (*controller, error) {
 	c := &controller{
 		cfg: cfg, self: self, log: log, core: core, dyn: dyn,
 		cache:   newKubeCache(core, dyn, cfg),
-		key:     key,
-		pubPEM:  pub,
+		key:     key.sign,
+		pubPEM:  key.pubPEM,
 		metrics: m,
 		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		fwd:     newForwarder(cfg.TokenFile),
