@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -126,6 +128,49 @@ func keyFromSecret(s *corev1.Secret) (assignKey, error) {
 		return assignKey{}, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPublicKey, err)
 	}
 	return k, nil
+}
+
+// equal reports whether k and o sign with the same key and publish the
+// same keys.
+func (k *assignKey) equal(o *assignKey) bool {
+	return k.sign.Equal(o.sign) && bytes.Equal(k.pubPEM, o.pubPEM)
+}
+
+// reloadAssignKey reads Secret skipper-assign-key again and returns the
+// key to use. When it changed, the controller signs with it from now on
+// and every namespace with a key ConfigMap is synced to publish it. On
+// an error the key in use stays.
+func (c *controller) reloadAssignKey(ctx context.Context) (*assignKey, error) {
+	c.keyMu.Lock()
+	defer c.keyMu.Unlock()
+	s, err := c.core.CoreV1().Secrets(c.cfg.PodNamespace).Get(ctx, assignKeySecret, metav1.GetOptions{})
+	if err != nil {
+		return c.key.Load(), fmt.Errorf("get secret %s/%s: %w", c.cfg.PodNamespace, assignKeySecret, err)
+	}
+	k, err := keyFromSecret(s)
+	if err != nil {
+		return c.key.Load(), err
+	}
+	if old := c.key.Load(); old.equal(&k) {
+		return old, nil
+	}
+	c.key.Store(&k)
+	c.log.Info("assign key changed", "secret", c.cfg.PodNamespace+"/"+assignKeySecret,
+		"published", bytes.Count(k.pubPEM, []byte("-----BEGIN ")))
+	for _, ns := range c.cache.keyConfigMapNamespaces() {
+		c.nsQueue.Add(ns)
+	}
+	return &k, nil
+}
+
+// watchAssignKey reads the Secret again every --assign-key-interval until
+// ctx ends, so a rotation step is taken without a restart.
+func (c *controller) watchAssignKey(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if _, err := c.reloadAssignKey(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("read the assign key again; keeping the one in use", "err", err)
+		}
+	}, c.cfg.AssignKeyInterval)
 }
 
 // ensureKeyConfigMap makes ConfigMap skipper-assign-key in ns hold pubPEM

@@ -5,6 +5,8 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -198,21 +200,10 @@ func newTestAssignKey(tb testing.TB) assignKey {
 func TestKeyFromSecret(t *testing.T) {
 	oldPub, oldPriv, _ := ed25519.GenerateKey(rand.Reader)
 	newPub, newPriv, _ := ed25519.GenerateKey(rand.Reader)
-	privPEM := func(k ed25519.PrivateKey) []byte {
-		b, err := assign.MarshalPrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	pubPEM := func(keys ...ed25519.PublicKey) []byte {
 		var out []byte
 		for _, k := range keys {
-			b, err := assign.MarshalPublicKey(k)
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, b...)
+			out = append(out, pem(t, k)...)
 		}
 		return out
 	}
@@ -223,19 +214,19 @@ func TestKeyFromSecret(t *testing.T) {
 		publish []ed25519.PublicKey
 		wantErr string
 	}{
-		{name: "as created", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv), assignKeyPublicKey: pubPEM(oldPub)},
+		{name: "as created", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, oldPriv), assignKeyPublicKey: pubPEM(oldPub)},
 			sign: oldPriv, publish: []ed25519.PublicKey{oldPub}},
-		{name: "no public key", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv)},
+		{name: "no public key", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, oldPriv)},
 			sign: oldPriv, publish: []ed25519.PublicKey{oldPub}},
-		{name: "rotation: the next key published", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv), assignKeyPublicKey: pubPEM(oldPub, newPub)},
+		{name: "rotation: the next key published", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, oldPriv), assignKeyPublicKey: pubPEM(oldPub, newPub)},
 			sign: oldPriv, publish: []ed25519.PublicKey{oldPub, newPub}},
-		{name: "rotation: signing with the next key", data: map[string][]byte{assignKeyPrivateKey: privPEM(newPriv), assignKeyPublicKey: pubPEM(oldPub, newPub)},
+		{name: "rotation: signing with the next key", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, newPriv), assignKeyPublicKey: pubPEM(oldPub, newPub)},
 			sign: newPriv, publish: []ed25519.PublicKey{newPub, oldPub}},
-		{name: "rotation: the old key dropped", data: map[string][]byte{assignKeyPrivateKey: privPEM(newPriv), assignKeyPublicKey: pubPEM(newPub)},
+		{name: "rotation: the old key dropped", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, newPriv), assignKeyPublicKey: pubPEM(newPub)},
 			sign: newPriv, publish: []ed25519.PublicKey{newPub}},
-		{name: "the signing key's public key left out", data: map[string][]byte{assignKeyPrivateKey: privPEM(newPriv), assignKeyPublicKey: pubPEM(oldPub)},
+		{name: "the signing key's public key left out", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, newPriv), assignKeyPublicKey: pubPEM(oldPub)},
 			sign: newPriv, publish: []ed25519.PublicKey{newPub, oldPub}},
-		{name: "a bad public key", data: map[string][]byte{assignKeyPrivateKey: privPEM(oldPriv), assignKeyPublicKey: append(pubPEM(oldPub), privPEM(newPriv)...)},
+		{name: "a bad public key", data: map[string][]byte{assignKeyPrivateKey: privPEM(t, oldPriv), assignKeyPublicKey: append(pubPEM(oldPub), privPEM(t, newPriv)...)},
 			wantErr: "key ed25519.pub: parse public key: PEM block 2"},
 		{name: "no private key", data: map[string][]byte{assignKeyPublicKey: pubPEM(oldPub)}, wantErr: "key ed25519.key"},
 	}
@@ -261,37 +252,135 @@ func TestKeyFromSecret(t *testing.T) {
 	}
 }
 
-// TestAssignKeyRotationPublished: a replica started on a Secret that
-// lists a rotation's two public keys publishes both to every namespace,
-// and its assigns verify with the one it signs with.
-func TestAssignKeyRotationPublished(t *testing.T) {
-	e := newTestEnv(t)
-	secret, priv := testKey(t)
-	nextPub, _, _ := ed25519.GenerateKey(rand.Reader)
-	next, err := assign.MarshalPublicKey(nextPub)
+// rotationEnv is a test env whose Secret skipper-assign-key signs with
+// old, a Function in default (pool echo, pods p1..p3) and one in other,
+// so both namespaces hold a key ConfigMap.
+func rotationEnv(t *testing.T) (e *testEnv, secret *corev1.Secret, old ed25519.PrivateKey) {
+	t.Helper()
+	e = newTestEnv(t)
+	secret, old = testKey(t)
+	elsewhere := e.fnFor("elsewhere", "echo")
+	elsewhere.Namespace = "other"
+	e.add(secret, poolDeploy("echo"), e.fnFor("a", "echo"), e.fnFor("b", "echo"), elsewhere,
+		poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo"))
+	return e, secret, old
+}
+
+// setSecret writes data into the Secret, as an operator's patch does.
+func (e *testEnv) setSecret(secret *corev1.Secret, data map[string][]byte) {
+	e.t.Helper()
+	s := secret.DeepCopy()
+	s.Data = data
+	if _, err := e.core.CoreV1().Secrets(systemNS).Update(e.t.Context(), s, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// published are the keys ConfigMap skipper-assign-key in ns holds.
+func (e *testEnv) published(ns string) []ed25519.PublicKey {
+	e.t.Helper()
+	cm, err := e.core.CoreV1().ConfigMaps(ns).Get(e.t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+	if err != nil {
+		return nil
+	}
+	keys, _ := assign.ParsePublicKeys([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
+	return keys
+}
+
+// claimVerifies claims an instance of fn and checks the instance would
+// accept its assign with exactly the keys pubs.
+func claimVerifies(t *testing.T, e *testEnv, r *replica, fn string, sign ed25519.PublicKey, others ...ed25519.PublicKey) {
+	t.Helper()
+	if _, err := getInstance(t.Context(), r, fn, nil); err != nil {
+		t.Fatalf("GetInstance %s: %v", fn, err)
+	}
+	reqs := e.assignRequests()
+	last := reqs[len(reqs)-1]
+	uid := tokenAudience(last.Token)
+	if _, err := assign.VerifyRequest([]ed25519.PublicKey{sign}, last, uid, time.Now()); err != nil {
+		t.Errorf("assign of %s: does not verify with the signing key: %v", fn, err)
+	}
+	if _, err := assign.VerifyRequest(others, last, uid, time.Now()); !errors.Is(err, assign.ErrSignature) {
+		t.Errorf("assign of %s: verified by another key (%v)", fn, err)
+	}
+}
+
+// TestAssignKeyRotation walks docs/operations.md's rotation with no
+// restart: the replica reads the Secret again every --assign-key-interval,
+// publishes the next key beside the current one, signs with it once the
+// Secret says so, and drops the old one.
+func TestAssignKeyRotation(t *testing.T) {
+	e, secret, old := rotationEnv(t)
+	oldPub := old.Public().(ed25519.PublicKey)
+	nextPub, next, _ := ed25519.GenerateKey(rand.Reader)
+	oldPEM, nextPEM, nextKey := secret.Data[assignKeyPublicKey], pem(t, nextPub), privPEM(t, next)
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.AssignKeyInterval = 20 * time.Millisecond })
+	claimVerifies(t, e, r, "a", oldPub, nextPub)
+
+	steps := []struct {
+		name string
+		data map[string][]byte
+		want []ed25519.PublicKey
+	}{
+		{"publish the next key", map[string][]byte{assignKeyPrivateKey: secret.Data[assignKeyPrivateKey], assignKeyPublicKey: append(slices.Clip(oldPEM), nextPEM...)},
+			[]ed25519.PublicKey{oldPub, nextPub}},
+		{"sign with it", map[string][]byte{assignKeyPrivateKey: nextKey, assignKeyPublicKey: append(slices.Clip(oldPEM), nextPEM...)},
+			[]ed25519.PublicKey{nextPub, oldPub}},
+		{"drop the old key", map[string][]byte{assignKeyPrivateKey: nextKey, assignKeyPublicKey: nextPEM},
+			[]ed25519.PublicKey{nextPub}},
+	}
+	for _, s := range steps {
+		e.setSecret(secret, s.data)
+		for _, ns := range []string{"default", "other"} {
+			eventually(t, s.name+": ConfigMap "+ns, func() bool { return cmp.Diff(s.want, e.published(ns)) == "" })
+		}
+	}
+	claimVerifies(t, e, r, "b", nextPub, oldPub)
+}
+
+// TestAssignKeyReadOnConfigMapChange: a replica that finds a key
+// ConfigMap written otherwise than it would (by a replica that read the
+// Secret later) reads the Secret before writing, and so agrees with it
+// instead of writing its older view back; it then signs with the new key
+// though its own interval has not come.
+func TestAssignKeyReadOnConfigMapChange(t *testing.T) {
+	e, secret, old := rotationEnv(t)
+	oldPub := old.Public().(ed25519.PublicKey)
+	nextPub, next, _ := ed25519.GenerateKey(rand.Reader)
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.AssignKeyInterval = time.Hour })
+	eventually(t, "the key ConfigMaps", func() bool {
+		return len(e.published("default")) == 1 && len(e.published("other")) == 1
+	})
+
+	both := append(pem(t, nextPub), secret.Data[assignKeyPublicKey]...)
+	e.setSecret(secret, map[string][]byte{assignKeyPrivateKey: privPEM(t, next), assignKeyPublicKey: both})
+	// Another replica, started after the change, publishes it in default.
+	patch := fmt.Sprintf(`{"data":{%q:%q}}`, v1alpha1.AssignKeyConfigMapKey, both)
+	if _, err := e.core.CoreV1().ConfigMaps("default").Patch(t.Context(), v1alpha1.AssignKeyConfigMap, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := []ed25519.PublicKey{nextPub, oldPub}
+	eventually(t, "the replica publishing the Secret's keys in other too", func() bool { return cmp.Diff(want, e.published("other")) == "" })
+	if diff := cmp.Diff(want, e.published("default")); diff != "" {
+		t.Errorf("ConfigMap default (-want +got):\n%s", diff)
+	}
+	claimVerifies(t, e, r, "a", nextPub, oldPub)
+}
+
+func pem(t *testing.T, k ed25519.PublicKey) []byte {
+	t.Helper()
+	b, err := assign.MarshalPublicKey(k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	secret.Data[assignKeyPublicKey] = append(secret.Data[assignKeyPublicKey], next...)
-	e.add(secret, poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
-	r := startReplica(t, e, "ctl-0", nil, nil)
-	if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
+	return b
+}
+
+func privPEM(t *testing.T, k ed25519.PrivateKey) []byte {
+	t.Helper()
+	b, err := assign.MarshalPrivateKey(k)
+	if err != nil {
 		t.Fatal(err)
 	}
-	reqs := e.assignRequests()
-	if len(reqs) != 1 {
-		t.Fatalf("%d assign requests, want 1", len(reqs))
-	}
-	if _, err := assign.VerifyRequest([]ed25519.PublicKey{priv.Public().(ed25519.PublicKey)}, reqs[0], "uid-p1", time.Now()); err != nil {
-		t.Errorf("the assign does not verify with the Secret's ed25519.key: %v", err)
-	}
-	want := []ed25519.PublicKey{priv.Public().(ed25519.PublicKey), nextPub}
-	eventually(t, "both keys in ConfigMap default/skipper-assign-key", func() bool {
-		cm, err := e.core.CoreV1().ConfigMaps("default").Get(t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
-		if err != nil {
-			return false
-		}
-		got, err := assign.ParsePublicKeys([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
-		return err == nil && cmp.Diff(want, got) == ""
-	})
+	return b
 }

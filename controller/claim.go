@@ -310,7 +310,7 @@ func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha
 	}
 	// Each assign, a retry or a re-assign with new callers included, gets
 	// a token of its own (a fresh id), bound to this very request.
-	token, err := assign.SignRequest(c.key, string(pod.UID), areq, time.Now(), tokenLifetime)
+	token, err := assign.SignRequest(c.key.Load().sign, string(pod.UID), areq, time.Now(), tokenLifetime)
 	if err != nil {
 		return err
 	}

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/ed25519"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -34,8 +33,8 @@ type controller struct {
 	dyn  dynamic.Interface
 
 	cache   *kubeCache
-	key     ed25519.PrivateKey
-	pubPEM  []byte
+	key     atomic.Pointer[assignKey] // swapped when the Secret changes
+	keyMu   sync.Mutex                // serialises reloadAssignKey
 	metrics *metrics
 	http    *http.Client // to instances' assign endpoints
 	fwd     *forwarder
@@ -137,8 +136,6 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 	c := &controller{
 		cfg: cfg, self: self, log: log, core: core, dyn: dyn,
 		cache:   newKubeCache(core, dyn, cfg),
-		key:     key.sign,
-		pubPEM:  key.pubPEM,
 		metrics: m,
 		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		fwd:     newForwarder(cfg.TokenFile),
@@ -157,6 +154,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		statusAt:   map[string]time.Time{},
 		owned:      map[string]bool{},
 	}
+	c.key.Store(&key)
 	c.claims = newClaims(c.owns, m.unrecorded)
 	c.addHandlers()
 	return c, nil
@@ -233,6 +231,7 @@ func (c *controller) start(ctx context.Context) {
 	c.mu.Unlock()
 	c.cache.run(ctx, &c.wg)
 	c.wg.Go(func() { c.measureLag(ctx) })
+	c.wg.Go(func() { c.watchAssignKey(ctx) })
 	for _, q := range []struct {
 		name string
 		q    workqueue.TypedRateLimitingInterface[string]
@@ -308,7 +307,17 @@ func (c *controller) syncNamespace(ctx context.Context, ns string) error {
 		}
 		return err
 	}
-	return ensureKeyConfigMap(ctx, c.core, ns, c.cache.configMap(ns), c.pubPEM)
+	key, cm := c.key.Load(), c.cache.configMap(ns)
+	if cm != nil && cm.Data[assignKeyPublicKey] != string(key.pubPEM) {
+		// Another replica may have written it from a newer read of the
+		// Secret (or an older one): read the Secret again before writing,
+		// so replicas converge on it rather than undo each other's writes.
+		var err error
+		if key, err = c.reloadAssignKey(ctx); err != nil {
+			return err
+		}
+	}
+	return ensureKeyConfigMap(ctx, c.core, ns, cm, key.pubPEM)
 }
 
 // syncFunction recomputes one function's instance set, bumps its generation
