@@ -37,6 +37,9 @@ type assignKey struct {
 	// first, then the others of the Secret's ed25519.pub in their order
 	// (a key rotation's other key).
 	pubPEM []byte
+	// replaced is the pubPEM this key replaced in the controller (nil for
+	// the first): a ConfigMap holding it is merely not rewritten yet.
+	replaced []byte
 }
 
 // newAssignKey returns sign's assignKey, publishing the public keys in
@@ -154,6 +157,7 @@ func (c *controller) reloadAssignKey(ctx context.Context) (*assignKey, error) {
 	if old := c.key.Load(); old.equal(&k) {
 		return old, nil
 	}
+	k.replaced = c.key.Load().pubPEM
 	c.key.Store(&k)
 	c.log.Info("assign key changed", "secret", c.cfg.PodNamespace+"/"+assignKeySecret,
 		"published", bytes.Count(k.pubPEM, []byte("-----BEGIN ")))
