@@ -86,6 +86,9 @@ type Claims struct {
 
 // Request is the JSON body of POST Path.
 type Request struct {
+	// Token is SignRequest's token for the other fields: a field added
+	// here must be added to canonicalRequest too, or a token would not
+	// bind it.
 	Token string `json:"token"`
 	// Function is "namespace/name".
 	Function string `json:"function"`

@@ -4,6 +4,7 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -296,6 +297,39 @@ func TestKeyPEMRoundTrip(t *testing.T) {
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("keys (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestRequestDigestCoversEveryField: a field added to Request changes the
+// digest (or the token would not bind it), Token alone excepted.
+func TestRequestDigestCoversEveryField(t *testing.T) {
+	zero := RequestDigest(Request{})
+	typ := reflect.TypeFor[Request]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		t.Run(f.Name, func(t *testing.T) {
+			var r Request
+			v := reflect.ValueOf(&r).Elem().Field(i)
+			switch f.Type.Kind() {
+			case reflect.String:
+				v.SetString("x")
+			case reflect.Int32:
+				v.SetInt(1)
+			case reflect.Bool:
+				v.SetBool(true)
+			case reflect.Float64:
+				v.SetFloat(1)
+			case reflect.Map:
+				v.Set(reflect.ValueOf(map[string]string{"k": "v"}))
+			case reflect.Pointer:
+				v.Set(reflect.ValueOf(&Callers{Namespaces: []string{"n"}}))
+			default:
+				t.Fatalf("field %s of kind %s: teach this test to set it", f.Name, f.Type.Kind())
+			}
+			if changed := RequestDigest(r) != zero; changed != (f.Name != "Token") {
+				t.Errorf("setting %s changes the digest: %v", f.Name, changed)
 			}
 		})
 	}
