@@ -1,16 +1,19 @@
 package controller
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -26,30 +29,70 @@ const (
 	managedByValue      = "skipper-controller"
 )
 
-// loadOrCreateAssignKey returns the key pair in Secret skipper-assign-key in
+// assignKey is the key the controller signs assigns with, and the public
+// keys it publishes for instances to verify them with.
+type assignKey struct {
+	sign ed25519.PrivateKey
+	// pubPEM is the PEM of every public key published: the signing key's
+	// first, then the others of the Secret's ed25519.pub in their order
+	// (a key rotation's other key).
+	pubPEM []byte
+	// replaced is the pubPEM this key replaced in the controller (nil for
+	// the first): a ConfigMap holding it is merely not rewritten yet.
+	replaced []byte
+}
+
+// newAssignKey returns sign's assignKey, publishing the public keys in
+// published (PEM blocks, may be empty) besides its own.
+func newAssignKey(sign ed25519.PrivateKey, published []byte) (assignKey, error) {
+	own := sign.Public().(ed25519.PublicKey)
+	keys := []ed25519.PublicKey{own}
+	if len(published) > 0 {
+		listed, err := assign.ParsePublicKeys(published)
+		if err != nil {
+			return assignKey{}, err
+		}
+		for _, k := range listed {
+			if !slices.ContainsFunc(keys, func(have ed25519.PublicKey) bool { return have.Equal(k) }) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	var pubPEM []byte
+	for _, k := range keys {
+		b, err := assign.MarshalPublicKey(k)
+		if err != nil {
+			return assignKey{}, err
+		}
+		pubPEM = append(pubPEM, b...)
+	}
+	return assignKey{sign: sign, pubPEM: pubPEM}, nil
+}
+
+// loadOrCreateAssignKey returns the key in Secret skipper-assign-key in
 // ns, creating the Secret with a fresh pair when it is missing. When another
 // replica creates it first (AlreadyExists), that replica's pair is read and
 // used, so every replica signs with the same key.
-func loadOrCreateAssignKey(ctx context.Context, core kubernetes.Interface, ns string) (ed25519.PrivateKey, error) {
+func loadOrCreateAssignKey(ctx context.Context, core kubernetes.Interface, ns string) (assignKey, error) {
 	secrets := core.CoreV1().Secrets(ns)
 	s, err := secrets.Get(ctx, assignKeySecret, metav1.GetOptions{})
 	if err == nil {
 		return keyFromSecret(s)
 	}
 	if !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("get secret %s/%s: %w", ns, assignKeySecret, err)
+		return assignKey{}, fmt.Errorf("get secret %s/%s: %w", ns, assignKeySecret, err)
 	}
 	_, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
-		return nil, fmt.Errorf("generate assign key: %w", err)
+		return assignKey{}, fmt.Errorf("generate assign key: %w", err)
 	}
 	privPEM, err := assign.MarshalPrivateKey(priv)
 	if err != nil {
-		return nil, err
+		return assignKey{}, err
 	}
-	pubPEM, err := assign.MarshalPublicKey(priv.Public().(ed25519.PublicKey))
+	key, err := newAssignKey(priv, nil)
 	if err != nil {
-		return nil, err
+		return assignKey{}, err
 	}
 	_, err = secrets.Create(ctx, &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
@@ -58,31 +101,84 @@ func loadOrCreateAssignKey(ctx context.Context, core kubernetes.Interface, ns st
 			Labels:    map[string]string{managedByLabel: managedByValue},
 		},
 		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{assignKeyPrivateKey: privPEM, assignKeyPublicKey: pubPEM},
+		Data: map[string][]byte{assignKeyPrivateKey: privPEM, assignKeyPublicKey: key.pubPEM},
 	}, metav1.CreateOptions{})
 	switch {
 	case err == nil:
-		return priv, nil
+		return key, nil
 	case apierrors.IsAlreadyExists(err):
 		// Another replica won the race: use its key.
 		s, err := secrets.Get(ctx, assignKeySecret, metav1.GetOptions{})
 		if err != nil {
-			return nil, fmt.Errorf("get secret %s/%s after losing the create race: %w", ns, assignKeySecret, err)
+			return assignKey{}, fmt.Errorf("get secret %s/%s after losing the create race: %w", ns, assignKeySecret, err)
 		}
 		return keyFromSecret(s)
 	}
-	return nil, fmt.Errorf("create secret %s/%s: %w", ns, assignKeySecret, err)
+	return assignKey{}, fmt.Errorf("create secret %s/%s: %w", ns, assignKeySecret, err)
 }
 
-func keyFromSecret(s *corev1.Secret) (ed25519.PrivateKey, error) {
-	k, err := assign.ParsePrivateKey(s.Data[assignKeyPrivateKey])
+// keyFromSecret reads Secret skipper-assign-key: it signs with the
+// private key ed25519.key and publishes its public key along with every
+// PEM public key in ed25519.pub (which holds two while a key rotates:
+// docs/operations.md).
+func keyFromSecret(s *corev1.Secret) (assignKey, error) {
+	priv, err := assign.ParsePrivateKey(s.Data[assignKeyPrivateKey])
 	if err != nil {
-		return nil, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPrivateKey, err)
+		return assignKey{}, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPrivateKey, err)
+	}
+	k, err := newAssignKey(priv, s.Data[assignKeyPublicKey])
+	if err != nil {
+		return assignKey{}, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPublicKey, err)
 	}
 	return k, nil
 }
 
-// ensureKeyConfigMap makes ConfigMap skipper-assign-key in ns hold pubPEM,
+// equal reports whether k and o sign with the same key and publish the
+// same keys.
+func (k *assignKey) equal(o *assignKey) bool {
+	return k.sign.Equal(o.sign) && bytes.Equal(k.pubPEM, o.pubPEM)
+}
+
+// reloadAssignKey reads Secret skipper-assign-key again and returns the
+// key to use. When it changed, the controller signs with it from now on
+// and every namespace with a key ConfigMap is synced to publish it. On
+// an error the key in use stays.
+func (c *controller) reloadAssignKey(ctx context.Context) (*assignKey, error) {
+	c.keyMu.Lock()
+	defer c.keyMu.Unlock()
+	s, err := c.core.CoreV1().Secrets(c.cfg.PodNamespace).Get(ctx, assignKeySecret, metav1.GetOptions{})
+	if err != nil {
+		return c.key.Load(), fmt.Errorf("get secret %s/%s: %w", c.cfg.PodNamespace, assignKeySecret, err)
+	}
+	k, err := keyFromSecret(s)
+	if err != nil {
+		return c.key.Load(), err
+	}
+	if old := c.key.Load(); old.equal(&k) {
+		return old, nil
+	}
+	k.replaced = c.key.Load().pubPEM
+	c.key.Store(&k)
+	c.log.Info("assign key changed", "secret", c.cfg.PodNamespace+"/"+assignKeySecret,
+		"published", bytes.Count(k.pubPEM, []byte("-----BEGIN ")))
+	for _, ns := range c.cache.keyConfigMapNamespaces() {
+		c.nsQueue.Add(ns)
+	}
+	return &k, nil
+}
+
+// watchAssignKey reads the Secret again every --assign-key-interval until
+// ctx ends, so a rotation step is taken without a restart.
+func (c *controller) watchAssignKey(ctx context.Context) {
+	wait.UntilWithContext(ctx, func(ctx context.Context) {
+		if _, err := c.reloadAssignKey(ctx); err != nil && ctx.Err() == nil {
+			c.log.Warn("read the assign key again; keeping the one in use", "err", err)
+		}
+	}, c.cfg.AssignKeyInterval)
+}
+
+// ensureKeyConfigMap makes ConfigMap skipper-assign-key in ns hold pubPEM
+// (every published key, concatenated),
 // given the cached copy (nil when absent). It writes only when the cache
 // differs, so repeating it is free.
 func ensureKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns string, cached *corev1.ConfigMap, pubPEM []byte) error {

@@ -299,18 +299,7 @@ func (e *heldError) Error() string { return e.msg }
 
 // assignPod posts the assignment to the claimed pod and expects 200.
 func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, port int32, claim string) error {
-	now := time.Now()
-	token, err := assign.Sign(c.key, assign.Claims{
-		Audience: string(pod.UID),
-		Function: fn.Key(),
-		IssuedAt: now.Unix(),
-		Expiry:   now.Add(tokenLifetime).Unix(),
-	})
-	if err != nil {
-		return err
-	}
-	body, err := json.Marshal(assign.Request{
-		Token:          token,
+	areq := assign.Request{
 		Function:       fn.Key(),
 		Port:           port,
 		Oneshot:        fn.Spec.Oneshot,
@@ -318,7 +307,15 @@ func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha
 		Config:         fn.Spec.Config,
 		Claim:          claim,
 		Callers:        assignCallers(&fn.Spec.Callers),
-	})
+	}
+	// Each assign, a retry or a re-assign with new callers included, gets
+	// a token of its own (a fresh id), bound to this very request.
+	token, err := assign.SignRequest(c.key.Load().sign, string(pod.UID), areq, time.Now(), tokenLifetime)
+	if err != nil {
+		return err
+	}
+	areq.Token = token
+	body, err := json.Marshal(areq)
 	if err != nil {
 		return err
 	}

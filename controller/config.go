@@ -38,6 +38,11 @@ type Config struct {
 	ControllerService string
 	// AssignTimeout bounds one POST to an instance's assign endpoint.
 	AssignTimeout time.Duration
+	// AssignKeyInterval is how often Secret skipper-assign-key is read
+	// again, so a rotated key is signed with and published without a
+	// restart (a replica also reads it when it finds a key ConfigMap
+	// another replica wrote differently).
+	AssignKeyInterval time.Duration
 	// ClaimTimeout bounds how long GetInstance waits for a pool pod to become
 	// Ready when none is.
 	ClaimTimeout time.Duration
@@ -128,6 +133,7 @@ func DefaultConfig() Config {
 		HTTPListen:             ":9091",
 		ControllerService:      "skipper-controller",
 		AssignTimeout:          5 * time.Second,
+		AssignKeyInterval:      30 * time.Second,
 		ClaimTimeout:           10 * time.Second,
 		ForwardTimeout:         15 * time.Second,
 		ShutdownTimeout:        10 * time.Second,
@@ -199,6 +205,7 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.AdvertiseAddress, "advertise-address", "", "this replica's `ip:port` on the ring, as listed in the controller Service's EndpointSlices; empty: --pod-ip with the --grpc-listen port")
 	fs.StringVar(&c.ControllerService, "controller-service", c.ControllerService, "headless Service `name` in --pod-namespace whose ready endpoints are the ring members")
 	fs.DurationVar(&c.AssignTimeout, "assign-timeout", c.AssignTimeout, "`duration` bounding one POST to an instance's /__skipper/assign")
+	fs.DurationVar(&c.AssignKeyInterval, "assign-key-interval", c.AssignKeyInterval, "`duration` between two reads of Secret skipper-assign-key, so a rotated assign key is signed with and published without a restart")
 	fs.DurationVar(&c.ClaimTimeout, "claim-timeout", c.ClaimTimeout, "longest `duration` GetInstance waits for a pool pod to become Ready before answering ResourceExhausted")
 	fs.DurationVar(&c.ForwardTimeout, "forward-timeout", c.ForwardTimeout, "`duration` bounding a GetInstance forwarded to the owning replica when the caller set no deadline")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "`duration` graceful shutdown may take before connections are closed")
@@ -344,6 +351,7 @@ func (c Config) Validate() error {
 		v    time.Duration
 	}{
 		{"--assign-timeout", c.AssignTimeout},
+		{"--assign-key-interval", c.AssignKeyInterval},
 		{"--claim-timeout", c.ClaimTimeout},
 		{"--forward-timeout", c.ForwardTimeout},
 		{"--shutdown-timeout", c.ShutdownTimeout},

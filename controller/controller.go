@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/ed25519"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
-	"skipper.dev/skipper/controller/assign"
 	"skipper.dev/skipper/controller/ring"
 )
 
@@ -35,8 +33,8 @@ type controller struct {
 	dyn  dynamic.Interface
 
 	cache   *kubeCache
-	key     ed25519.PrivateKey
-	pubPEM  []byte
+	key     atomic.Pointer[assignKey] // swapped when the Secret changes
+	keyMu   sync.Mutex                // serialises reloadAssignKey
 	metrics *metrics
 	http    *http.Client // to instances' assign endpoints
 	fwd     *forwarder
@@ -135,16 +133,10 @@ func (b *broadcast) notify() {
 	}
 }
 
-func newController(cfg Config, self string, log *slog.Logger, core kubernetes.Interface, dyn dynamic.Interface, key ed25519.PrivateKey, m *metrics) (*controller, error) {
-	pub, err := assign.MarshalPublicKey(key.Public().(ed25519.PublicKey))
-	if err != nil {
-		return nil, err
-	}
+func newController(cfg Config, self string, log *slog.Logger, core kubernetes.Interface, dyn dynamic.Interface, key assignKey, m *metrics) (*controller, error) {
 	c := &controller{
 		cfg: cfg, self: self, log: log, core: core, dyn: dyn,
 		cache:   newKubeCache(core, dyn, cfg),
-		key:     key,
-		pubPEM:  pub,
 		metrics: m,
 		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		fwd:     newForwarder(cfg.TokenFile),
@@ -163,6 +155,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		statusAt:   map[string]time.Time{},
 		owned:      map[string]bool{},
 	}
+	c.key.Store(&key)
 	c.claims = newClaims(c.owns, m.unrecorded)
 	c.addHandlers()
 	return c, nil
@@ -239,6 +232,7 @@ func (c *controller) start(ctx context.Context) {
 	c.mu.Unlock()
 	c.cache.run(ctx, &c.wg)
 	c.wg.Go(func() { c.measureLag(ctx) })
+	c.wg.Go(func() { c.watchAssignKey(ctx) })
 	for _, q := range []struct {
 		name string
 		q    workqueue.TypedRateLimitingInterface[string]
@@ -314,7 +308,18 @@ func (c *controller) syncNamespace(ctx context.Context, ns string) error {
 		}
 		return err
 	}
-	return ensureKeyConfigMap(ctx, c.core, ns, c.cache.configMap(ns), c.pubPEM)
+	key, cm := c.key.Load(), c.cache.configMap(ns)
+	if cm != nil && cm.Data[assignKeyPublicKey] != string(key.pubPEM) && cm.Data[assignKeyPublicKey] != string(key.replaced) {
+		// Neither what this replica publishes nor what it published
+		// before: another replica wrote it from a newer read of the Secret
+		// (or an older one). Read the Secret again before writing, so
+		// replicas converge on it rather than undo each other's writes.
+		var err error
+		if key, err = c.reloadAssignKey(ctx); err != nil {
+			return err
+		}
+	}
+	return ensureKeyConfigMap(ctx, c.core, ns, cm, key.pubPEM)
 }
 
 // syncFunction recomputes one function's instance set, bumps its generation

@@ -228,6 +228,20 @@ func (c *kubeCache) configMap(ns string) *corev1.ConfigMap {
 	return cm
 }
 
+// keyConfigMapNamespaces are the namespaces holding a cached ConfigMap
+// skipper-assign-key.
+func (c *kubeCache) keyConfigMapNamespaces() []string {
+	var out []string
+	for _, s := range c.sets {
+		for _, o := range s.configMaps.GetIndexer().List() {
+			if cm, ok := o.(*corev1.ConfigMap); ok {
+				out = append(out, cm.Namespace)
+			}
+		}
+	}
+	return out
+}
+
 func (c *kubeCache) slices() []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	for _, o := range c.endpointSlices.GetIndexer().List() {

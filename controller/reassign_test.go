@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"crypto/ed25519"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -104,4 +107,16 @@ func TestCallersChangeReassigns(t *testing.T) {
 		return len(reqs) >= 2 && last.Callers != nil && len(last.Callers.Namespaces) == 1 && last.Callers.Namespaces[0] == "team-b" &&
 			e.pod("p1").Annotations[annCallers] == callersDigest(&fn.Spec.Callers)
 	})
+	// The instance accepts each: bound to its own request, with a fresh id
+	// (a re-assign is no replay).
+	used := assign.NewUsed(0)
+	for i, r := range e.assignRequests() {
+		c, err := assign.VerifyRequest([]ed25519.PublicKey{e.publicKey()}, r, "uid-p1", time.Now())
+		if err == nil {
+			err = used.Use(c, time.Now())
+		}
+		if err != nil {
+			t.Errorf("assign %d (callers %+v): the instance would refuse it: %v", i, r.Callers, err)
+		}
+	}
 }

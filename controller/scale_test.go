@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -100,10 +98,7 @@ func newScaleReplica(tb testing.TB, n int) *scaleReplica {
 		out.SetName(pa.GetName())
 		return true, out, nil
 	})
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	key := newTestAssignKey(tb)
 	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), core, dyn, key, newMetrics())
 	if err != nil {
 		tb.Fatal(err)

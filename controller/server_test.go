@@ -256,11 +256,11 @@ func (e *testEnv) publicKey() ed25519.PublicKey {
 	if err != nil {
 		e.t.Fatalf("get assign key secret: %v", err)
 	}
-	k, err := assign.ParsePublicKey(s.Data[assignKeyPublicKey])
+	k, err := assign.ParsePublicKeys(s.Data[assignKeyPublicKey])
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	return k
+	return k[0]
 }
 
 // poolDeploy is a pool Deployment for pool in default.
@@ -470,7 +470,9 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 	if len(reqs) != 1 {
 		t.Fatalf("%d assign requests, want 1", len(reqs))
 	}
-	claims, err := assign.Verify(e.publicKey(), reqs[0].Token, "uid-p1", time.Now())
+	// As the instance checks it: the request that crossed the wire is the
+	// one the token was signed for.
+	claims, err := assign.VerifyRequest([]ed25519.PublicKey{e.publicKey()}, reqs[0], "uid-p1", time.Now())
 	if err != nil {
 		t.Fatalf("assign token: %v", err)
 	}
@@ -500,8 +502,8 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 		if err != nil {
 			return false
 		}
-		k, err := assign.ParsePublicKey([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
-		return err == nil && k.Equal(e.publicKey())
+		k, err := assign.ParsePublicKeys([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
+		return err == nil && len(k) == 1 && k[0].Equal(e.publicKey())
 	})
 	eventually(t, "status.owner", func() bool {
 		u, err := e.dyn.Resource(v1alpha1.Resource).Namespace("default").Get(t.Context(), "hello", metav1.GetOptions{})
@@ -873,13 +875,13 @@ func TestAssignKeyCreateRace(t *testing.T) {
 		t.Fatal(err)
 	}
 	want, _ := keyFromSecret(other)
-	if !got.Equal(want) {
+	if !got.sign.Equal(want.sign) {
 		t.Error("did not adopt the winning replica's key")
 	}
 	// And an existing Secret is used as is.
 	again, err := loadOrCreateAssignKey(t.Context(), core, systemNS)
-	if err != nil || !again.Equal(want) {
-		t.Errorf("second load: %v, equal %v", err, again.Equal(want))
+	if err != nil || !again.sign.Equal(want.sign) {
+		t.Errorf("second load: %v, equal %v", err, again.sign.Equal(want.sign))
 	}
 }
 

@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,7 +58,7 @@ func fakeTimeController(t *testing.T) (e *testEnv, c *controller, cfg Config, as
 	cfg.PodName, cfg.PodNamespace = "ctl-0", systemNS
 	cfg.ScaleInterval, cfg.HeartbeatTimeout, cfg.ReportInterval = time.Second, 3*time.Second, time.Second
 	cfg.ScaleDownStabilization, cfg.StatusInterval = 10*time.Second, time.Second
-	_, key, _ := ed25519.GenerateKey(rand.Reader)
+	key := newTestAssignKey(t)
 	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), e.core, e.dyn, key, newMetrics())
 	if err != nil {
 		t.Fatal(err)

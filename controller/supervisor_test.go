@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,10 +48,7 @@ func startController(t *testing.T, e *testEnv, modify func(*Config)) *controller
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	_, key, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := newTestAssignKey(t)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := newController(cfg, "127.0.0.1:9090", log, e.core, e.dyn, key, newMetrics())
 	if err != nil {

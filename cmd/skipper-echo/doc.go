@@ -4,12 +4,17 @@
 // It serves HTTP on --listen and answers:
 //
 //   - POST /__skipper/assign: the controller hands the pod to a function. The
-//     body is an assign.Request whose token must verify against the public key
-//     at --assign-key for audience = this pod's UID (--pod-uid). 200 with a
-//     small JSON body once ready; 400 malformed body; 401 bad, foreign or
-//     expired token; 409 already assigned to another function; 503 while the
-//     key file is not there yet (the volume may appear after the container
-//     starts, so the key is re-read on every assign until it loads).
+//     body is an assign.Request whose token must verify against one of the
+//     public keys at --assign-key for audience = this pod's UID (--pod-uid)
+//     and was signed for this very body (assign.VerifyRequest). 200 with a
+//     small JSON body once ready; 400 malformed body; 401 with reason
+//     bad_token (foreign, forged, or signed for another body), expired, or
+//     replayed (a token is accepted once; a fresh token for the function
+//     held is accepted); 409 already assigned to another function; 503
+//     while the key file is not there yet (the volume may appear after the
+//     container starts, so the key is read on every assign until it loads;
+//     after that at most once a second, so a rotated key is seen without a
+//     restart).
 //   - GET /healthz: the readiness probe, always 200.
 //   - anything else: an echo. 200 with a JSON body naming the method, path,
 //     query, headers, body, the pod and its assignment ("assigned": false

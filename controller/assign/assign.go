@@ -1,7 +1,10 @@
 package assign
 
 import (
+	"bytes"
 	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
@@ -21,13 +24,47 @@ const tokenPrefix = "v1."
 // strictB64 decodes a token's parts: unpadded base64url, canonical only.
 var strictB64 = base64.RawURLEncoding.Strict()
 
-// Sentinel errors Verify wraps; callers answer 401/403 on any of them.
+// Sentinel errors Verify, VerifyRequest and Used.Use wrap; Reason maps
+// them to the reason of the instance's answer.
 var (
 	ErrMalformed = errors.New("malformed token")
 	ErrSignature = errors.New("bad token signature")
 	ErrAudience  = errors.New("token audience is not this instance")
 	ErrExpired   = errors.New("token expired")
+	// ErrUnbound: the token carries no id or no request digest (signed by
+	// a controller older than the instance).
+	ErrUnbound = errors.New("token binds no request")
+	// ErrMismatch: the body is not the request the token was signed for.
+	ErrMismatch = errors.New("request does not match its token")
+	// ErrReplayed: the instance accepted a token with this id before.
+	ErrReplayed = errors.New("token already used")
+	// ErrTooMany: the instance holds as many unexpired ids as it may.
+	ErrTooMany = errors.New("too many assign tokens in flight")
 )
+
+// Reasons of an instance's refusal of an assign (the "reason" of its JSON
+// error body).
+const (
+	ReasonBadToken = "bad_token" // 401
+	ReasonExpired  = "expired"   // 401
+	ReasonReplayed = "replayed"  // 401
+	ReasonTooMany  = "too_many_assigns"
+)
+
+// Reason is the reason an instance answers for err, one of Verify's,
+// VerifyRequest's or Used.Use's errors. Every one is answered 401 but
+// ErrTooMany, answered 503 (it says nothing about the token).
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, ErrExpired):
+		return ReasonExpired
+	case errors.Is(err, ErrReplayed):
+		return ReasonReplayed
+	case errors.Is(err, ErrTooMany):
+		return ReasonTooMany
+	}
+	return ReasonBadToken
+}
 
 // Claims are what a token asserts.
 type Claims struct {
@@ -38,10 +75,20 @@ type Claims struct {
 	// IssuedAt and Expiry are Unix seconds.
 	IssuedAt int64 `json:"iat"`
 	Expiry   int64 `json:"exp"`
+	// ID is random and unique to this token (NewID); an instance accepts
+	// it once (Used).
+	ID string `json:"jti,omitempty"`
+	// Digest is RequestDigest of the request the token was signed for.
+	// Older instances ignore ID and Digest (unknown JSON fields), so a
+	// token that carries them still assigns them.
+	Digest string `json:"req,omitempty"`
 }
 
 // Request is the JSON body of POST Path.
 type Request struct {
+	// Token is SignRequest's token for the other fields: a field added
+	// here must be added to canonicalRequest too, or a token would not
+	// bind it.
 	Token string `json:"token"`
 	// Function is "namespace/name".
 	Function string `json:"function"`
@@ -122,6 +169,91 @@ type Conflict struct {
 	Function string `json:"function"`
 }
 
+// NewID returns a random token id: 26 base32 characters, 130 bits.
+func NewID() string { return rand.Text() }
+
+// digestDomain separates the digest's input from any other SHA-256 input.
+const digestDomain = "skipper.dev/assign-request/v1\n"
+
+// canonicalRequest is the digest's input: every field of Request but the
+// token, always present, config keys sorted (encoding/json sorts map
+// keys) and callers sorted, so that equal requests digest the same
+// however they were written, and no field is left out.
+type canonicalRequest struct {
+	Function       string            `json:"function"`
+	Port           int32             `json:"port"`
+	Oneshot        bool              `json:"oneshot"`
+	TimeoutSeconds float64           `json:"timeoutSeconds"`
+	Config         map[string]string `json:"config"`
+	Claim          string            `json:"claim"`
+	Callers        Callers           `json:"callers"`
+}
+
+// RequestDigest is the digest a token binds r with: SHA-256, unpadded
+// base64url, of digestDomain followed by r's fields other than Token as
+// compact JSON (no HTML escaping) in canonicalRequest's order, config
+// keys and both callers lists sorted, absent and empty alike (a nil
+// config is {}, nil callers are empty lists: they mean the same).
+func RequestDigest(r Request) string {
+	c := canonicalRequest{
+		Function: r.Function, Port: r.Port, Oneshot: r.Oneshot, TimeoutSeconds: r.TimeoutSeconds,
+		Config: r.Config, Claim: r.Claim,
+		Callers: Callers{Namespaces: []string{}, ServiceAccounts: []string{}},
+	}
+	if c.Config == nil {
+		c.Config = map[string]string{}
+	}
+	if r.Callers != nil {
+		c.Callers.Namespaces = append(c.Callers.Namespaces, r.Callers.Namespaces...)
+		c.Callers.ServiceAccounts = append(c.Callers.ServiceAccounts, r.Callers.ServiceAccounts...)
+		slices.Sort(c.Callers.Namespaces)
+		slices.Sort(c.Callers.ServiceAccounts)
+	}
+	var b bytes.Buffer
+	b.WriteString(digestDomain)
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	// Encode fails only on unsupported values: a NaN or infinite timeout,
+	// which no Function has. Its digest is then the domain alone, which
+	// no valid request has.
+	_ = enc.Encode(c)
+	sum := sha256.Sum256(b.Bytes())
+	return base64.RawURLEncoding.EncodeToString(sum[:])
+}
+
+// SignRequest returns a token for r to the pod with UID audience, valid
+// for lifetime from now: a fresh id and r's digest.
+func SignRequest(key ed25519.PrivateKey, audience string, r Request, now time.Time, lifetime time.Duration) (string, error) {
+	return Sign(key, Claims{
+		Audience: audience,
+		Function: r.Function,
+		IssuedAt: now.Unix(),
+		Expiry:   now.Add(lifetime).Unix(),
+		ID:       NewID(),
+		Digest:   RequestDigest(r),
+	})
+}
+
+// VerifyRequest checks r.Token as Verify does, and that the token was
+// signed for r itself: its function, an id, and r's digest. It does not
+// check the id is new (Used does).
+func VerifyRequest(keys []ed25519.PublicKey, r Request, audience string, now time.Time) (Claims, error) {
+	c, err := Verify(keys, r.Token, audience, now)
+	if err != nil {
+		return c, err
+	}
+	if c.Function != r.Function {
+		return c, fmt.Errorf("%w: token is for function %q, body names %q", ErrMismatch, c.Function, r.Function)
+	}
+	if c.ID == "" || c.Digest == "" {
+		return c, fmt.Errorf("%w: it has no id or request digest (signed by an older controller?)", ErrUnbound)
+	}
+	if c.Digest != RequestDigest(r) {
+		return c, ErrMismatch
+	}
+	return c, nil
+}
+
 // Sign returns a token for claims.
 func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
 	payload, err := json.Marshal(c)
@@ -133,9 +265,10 @@ func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
 	return signed + "." + base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
-// Verify checks token against key for the pod with UID audience at now and
+// Verify checks that token is signed by one of keys (key rotation
+// publishes two), for the pod with UID audience, unexpired at now, and
 // returns its claims.
-func Verify(key ed25519.PublicKey, token, audience string, now time.Time) (Claims, error) {
+func Verify(keys []ed25519.PublicKey, token, audience string, now time.Time) (Claims, error) {
 	var c Claims
 	if !strings.HasPrefix(token, tokenPrefix) {
 		return c, fmt.Errorf("%w: missing %q prefix", ErrMalformed, tokenPrefix)
@@ -151,7 +284,7 @@ func Verify(key ed25519.PublicKey, token, audience string, now time.Time) (Claim
 	if err != nil || len(sig) != ed25519.SignatureSize {
 		return c, fmt.Errorf("%w: signature encoding", ErrMalformed)
 	}
-	if !ed25519.Verify(key, []byte(signed), sig) {
+	if !slices.ContainsFunc(keys, func(k ed25519.PublicKey) bool { return ed25519.Verify(k, []byte(signed), sig) }) {
 		return c, ErrSignature
 	}
 	payload, err := strictB64.DecodeString(signed[len(tokenPrefix):])
@@ -179,21 +312,34 @@ func MarshalPublicKey(key ed25519.PublicKey) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }
 
-// ParsePublicKey decodes a PEM block written by MarshalPublicKey.
-func ParsePublicKey(data []byte) (ed25519.PublicKey, error) {
-	block, _ := pem.Decode(data)
-	if block == nil || block.Type != "PUBLIC KEY" {
+// ParsePublicKeys decodes the PEM blocks written by MarshalPublicKey,
+// concatenated: the keys an instance accepts (two while a key rotates).
+// Every block must be an ed25519 PUBLIC KEY, and there must be one.
+func ParsePublicKeys(data []byte) ([]ed25519.PublicKey, error) {
+	var keys []ed25519.PublicKey
+	for n := 1; ; n++ {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		if block.Type != "PUBLIC KEY" {
+			return nil, fmt.Errorf("parse public key: PEM block %d is %q, not PUBLIC KEY", n, block.Type)
+		}
+		k, err := x509.ParsePKIXPublicKey(block.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("parse public key: PEM block %d: %w", n, err)
+		}
+		pk, ok := k.(ed25519.PublicKey)
+		if !ok {
+			return nil, fmt.Errorf("parse public key: PEM block %d: %T is not ed25519", n, k)
+		}
+		keys = append(keys, pk)
+	}
+	if len(keys) == 0 {
 		return nil, errors.New("parse public key: no PUBLIC KEY PEM block")
 	}
-	k, err := x509.ParsePKIXPublicKey(block.Bytes)
-	if err != nil {
-		return nil, fmt.Errorf("parse public key: %w", err)
-	}
-	pk, ok := k.(ed25519.PublicKey)
-	if !ok {
-		return nil, fmt.Errorf("parse public key: %T is not ed25519", k)
-	}
-	return pk, nil
+	return keys, nil
 }
 
 // MarshalPrivateKey encodes key as a PKCS#8 "PRIVATE KEY" PEM block.

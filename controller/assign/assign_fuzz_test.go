@@ -23,6 +23,8 @@ func FuzzVerify(f *testing.F) {
 	claims := []Claims{
 		{Audience: "uid-1", Function: "default/echo", IssuedAt: fuzzNow.Unix(), Expiry: fuzzNow.Add(time.Minute).Unix()},
 		{Audience: "", Function: "", IssuedAt: 0, Expiry: 1<<63 - 1},
+		{Audience: "uid-1", Function: "default/echo", IssuedAt: fuzzNow.Unix(), Expiry: fuzzNow.Add(time.Minute).Unix(),
+			ID: "AAAAAAAAAAAAAAAAAAAAAAAAAA", Digest: RequestDigest(Request{Function: "default/echo"})},
 	}
 	signed := map[string]Claims{}
 	for _, c := range claims {
@@ -39,9 +41,9 @@ func FuzzVerify(f *testing.F) {
 	f.Add("v1..", "", int64(0))
 	f.Add("v1.e30."+strings.Repeat("A", 86), "", int64(0))
 
-	pub := fuzzKey.Public().(ed25519.PublicKey)
+	keys := []ed25519.PublicKey{fuzzKey.Public().(ed25519.PublicKey)}
 	f.Fuzz(func(t *testing.T, token, audience string, now int64) {
-		c, err := Verify(pub, token, audience, time.Unix(now, 0))
+		c, err := Verify(keys, token, audience, time.Unix(now, 0))
 		if err != nil {
 			return
 		}

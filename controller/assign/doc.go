@@ -4,7 +4,20 @@
 //
 // A token is "v1.<payload>.<signature>", both parts unpadded base64url; the
 // payload is JSON Claims and the signature covers the bytes "v1." + payload.
-// Verify checks the signature, that the audience is the verifier's own pod
-// UID and that the token has not expired. The package does no I/O beyond
-// parsing PEM it is handed.
+// Verify checks the signature against any of the keys it is given (two
+// while a key rotates), that the audience is the verifier's own pod UID
+// and that the token has not expired.
+//
+// A token binds the whole request: SignRequest puts a random id and
+// RequestDigest of the body's other fields in the claims, and
+// VerifyRequest refuses a body that does not match them, so a captured
+// token cannot carry another config, callers, oneshot flag or timeout.
+// Used remembers the ids an instance accepted until they expire, so a
+// token assigns once. The claims only grow, like the proto: instances
+// older than the id and the digest ignore them and still verify the
+// token, so controllers roll out first; an instance refuses a token
+// without them (ErrUnbound).
+//
+// The package does no I/O beyond parsing PEM it is handed, and reads the
+// clock only through the now it is passed.
 package assign

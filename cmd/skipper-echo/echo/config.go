@@ -79,7 +79,7 @@ func ParseConfig(args []string, stderr io.Writer) (Config, error) {
 	str(&c.PodUID, "pod-uid", []string{"SKIPPER_POD_UID", "POD_UID"},
 		"this pod's UID (downward API metadata.uid): the audience an assign token must name")
 	str(&c.AssignKey, "assign-key", []string{"SKIPPER_ASSIGN_KEY"},
-		"path of the PEM ed25519 public key that verifies assign tokens (ConfigMap skipper-assign-key); re-read on each assign until it loads")
+		"path of the PEM ed25519 public keys that verify assign tokens (ConfigMap skipper-assign-key; several blocks while a key rotates); read again at an assign at most once a second")
 	dur(&c.MaxSleep, "max-sleep", []string{"SKIPPER_MAX_SLEEP"},
 		"upper bound of ?sleep=")
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body echoed or accepted, in bytes")

@@ -24,6 +24,11 @@ type assignment struct {
 	At       time.Time
 }
 
+// keyRecheck is how often, at most, an assign reads the key file again:
+// a rotated key (added, or dropped) is seen within a second of the
+// kubelet writing it, with no restart.
+const keyRecheck = time.Second
+
 // Server is the echo runtime's HTTP handler. Its zero value is not usable;
 // build it with NewServer.
 type Server struct {
@@ -33,14 +38,20 @@ type Server struct {
 	now func() time.Time
 	mux *http.ServeMux
 
+	keyMu     sync.Mutex
+	keys      []ed25519.PublicKey // nil until the key file loads
+	keyRaw    []byte              // the file as keys were parsed from it
+	keyReadAt time.Time           // the last read, good or bad
+	keyErr    string              // the last bad read's error, logged once
+
 	mu       sync.Mutex
-	key      ed25519.PublicKey // nil until the key file loads
 	assigned *assignment
+	used     *assign.Used // ids of the tokens accepted
 }
 
 // NewServer returns the handler of every endpoint of the runtime.
 func NewServer(cfg Config, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, log: log, now: time.Now, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, log: log, now: time.Now, mux: http.NewServeMux(), used: assign.NewUsed(0)}
 	s.mux.HandleFunc("POST "+assign.Path, s.handleAssign)
 	s.mux.HandleFunc("GET "+assign.Path, s.handleAssignment)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -53,23 +64,42 @@ func NewServer(cfg Config, log *slog.Logger) *Server {
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// publicKey returns the assign key, reading the file until it loads once.
-func (s *Server) publicKey() (ed25519.PublicKey, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.key != nil {
-		return s.key, nil
+// publicKeys returns the keys that verify assign tokens: every PEM block
+// of the key file (two while a key rotates). The file is read again when
+// the last read is keyRecheck old; when it is missing or bad, the keys
+// last read keep verifying, and the error is logged once. Before the
+// file first loads, its error is returned.
+func (s *Server) publicKeys(now time.Time) ([]ed25519.PublicKey, error) {
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	if s.keys != nil && now.Sub(s.keyReadAt) < keyRecheck {
+		return s.keys, nil
 	}
+	s.keyReadAt = now
 	data, err := os.ReadFile(s.cfg.AssignKey)
-	if err != nil {
-		return nil, fmt.Errorf("read assign key: %w", err)
+	if err == nil && s.keys != nil && bytes.Equal(data, s.keyRaw) {
+		return s.keys, nil
 	}
-	k, err := assign.ParsePublicKey(data)
-	if err != nil {
-		return nil, fmt.Errorf("assign key %s: %w", s.cfg.AssignKey, err)
+	var keys []ed25519.PublicKey
+	if err == nil {
+		keys, err = assign.ParsePublicKeys(data)
 	}
-	s.key = k
-	return k, nil
+	if err != nil {
+		err = fmt.Errorf("assign key %s: %w", s.cfg.AssignKey, err)
+		if s.keys == nil {
+			return nil, err
+		}
+		if err.Error() != s.keyErr {
+			s.keyErr = err.Error()
+			s.log.Warn("assign key file unreadable, keeping the keys last read", "path", s.cfg.AssignKey, "keys", len(s.keys), "err", err)
+		}
+		return s.keys, nil
+	}
+	if s.keys != nil {
+		s.log.Info("assign keys changed", "path", s.cfg.AssignKey, "keys", len(keys))
+	}
+	s.keys, s.keyRaw, s.keyErr = keys, data, ""
+	return keys, nil
 }
 
 type assignResponse struct {
@@ -90,22 +120,17 @@ func (s *Server) handleAssign(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, "malformed_body", "assign request needs token and function")
 		return
 	}
-	key, err := s.publicKey()
+	now := s.now()
+	keys, err := s.publicKeys(now)
 	if err != nil {
 		s.log.Warn("assign key not loaded", "path", s.cfg.AssignKey, "err", err)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, "key_unavailable", err.Error())
 		return
 	}
-	claims, err := assign.Verify(key, req.Token, s.cfg.PodUID, s.now())
+	claims, err := assign.VerifyRequest(keys, req, s.cfg.PodUID, now)
 	if err != nil {
-		s.log.Warn("assign rejected", "function", req.Function, "err", err)
-		writeError(w, http.StatusUnauthorized, "bad_token", err.Error())
-		return
-	}
-	if claims.Function != req.Function {
-		writeError(w, http.StatusUnauthorized, "bad_token",
-			fmt.Sprintf("token is for function %q, body names %q", claims.Function, req.Function))
+		s.refuse(w, req, err)
 		return
 	}
 
@@ -117,10 +142,16 @@ func (s *Server) handleAssign(w http.ResponseWriter, r *http.Request) {
 			Error: fmt.Sprintf("instance is assigned to %s", prev.Function)})
 		return
 	}
-	// A repeated assign for the same function is accepted: the controller
-	// retries when it lost the answer, and may hand over a newer config;
-	// for a oneshot function only from the claim that won (above).
-	s.assigned = &assignment{Function: req.Function, Request: req, At: s.now()}
+	// A token assigns once: a replayed one changes nothing. A fresh token
+	// for the function held is accepted: the controller retries when it
+	// lost the answer, and assigns again to hand over new callers; for a
+	// oneshot function only from the claim that won (above).
+	if err := s.used.Use(claims, now); err != nil {
+		s.mu.Unlock()
+		s.refuse(w, req, err)
+		return
+	}
+	s.assigned = &assignment{Function: req.Function, Request: req, At: now}
 	s.mu.Unlock()
 	if prev == nil {
 		s.log.Info("assigned", "function", req.Function, "oneshot", req.Oneshot)
@@ -141,6 +172,21 @@ func (s *Server) handleAssignment(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, assign.Assignment{Function: a.Function})
+}
+
+// refuse answers an assign whose token the instance does not accept (err
+// from assign.VerifyRequest or assign.Used.Use): 401 with
+// assign.Reason(err), or 503 when the instance holds too many ids to
+// take another now.
+func (s *Server) refuse(w http.ResponseWriter, req assign.Request, err error) {
+	reason := assign.Reason(err)
+	s.log.Warn("assign refused", "function", req.Function, "reason", reason, "err", err)
+	status := http.StatusUnauthorized
+	if errors.Is(err, assign.ErrTooMany) {
+		status = http.StatusServiceUnavailable
+		w.Header().Set("Retry-After", "1")
+	}
+	writeError(w, status, reason, err.Error())
 }
 
 func (s *Server) assignment() *assignment {

@@ -13,7 +13,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -31,20 +33,21 @@ type fixture struct {
 	priv ed25519.PrivateKey
 	pub  []byte
 	key  string // path of the public key file
+	now  func() time.Time
 	srv  *Server
 	ts   *httptest.Server
 }
 
 func newFixture(t *testing.T, writeKey bool) *fixture {
 	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pem, err := assign.MarshalPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
+	return newFixtureWith(t, writeKey, nil)
+}
+
+// newFixtureWith is newFixture with setup applied to the server before it
+// serves (its clock, its id memory).
+func newFixtureWith(t *testing.T, writeKey bool, setup func(*Server)) *fixture {
+	t.Helper()
+	priv, pem := newKey(t)
 	f := &fixture{priv: priv, pub: pem, key: filepath.Join(t.TempDir(), "ed25519.pub")}
 	if writeKey {
 		f.writeKey(t)
@@ -54,9 +57,26 @@ func newFixture(t *testing.T, writeKey bool) *fixture {
 	cfg.PodName = "echo-pool-abc"
 	cfg.AssignKey = f.key
 	f.srv = NewServer(cfg, slog.New(slog.DiscardHandler))
+	if setup != nil {
+		setup(f.srv)
+	}
+	f.now = f.srv.now
 	f.ts = httptest.NewServer(f.srv)
 	t.Cleanup(f.ts.Close)
 	return f
+}
+
+func newKey(t *testing.T) (ed25519.PrivateKey, []byte) {
+	t.Helper()
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := assign.MarshalPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return priv, pem
 }
 
 func (f *fixture) writeKey(t *testing.T) {
@@ -66,14 +86,48 @@ func (f *fixture) writeKey(t *testing.T) {
 	}
 }
 
+// token is an unbound token (no id, no digest), as controllers before
+// issue 16 signed.
 func (f *fixture) token(t *testing.T, aud, fn string, exp time.Duration) string {
 	t.Helper()
-	now := time.Now()
+	now := f.now()
 	tok, err := assign.Sign(f.priv, assign.Claims{Audience: aud, Function: fn, IssuedAt: now.Unix(), Expiry: now.Add(exp).Unix()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return tok
+}
+
+// signed is r with a token for aud signed by key, valid for exp.
+func (f *fixture) signed(t *testing.T, key ed25519.PrivateKey, aud string, r assign.Request, exp time.Duration) assign.Request {
+	t.Helper()
+	tok, err := assign.SignRequest(key, aud, r, f.now(), exp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Token = tok
+	return r
+}
+
+// body is the JSON of r signed by the fixture's key for this pod, valid a
+// minute.
+func (f *fixture) body(t *testing.T, r assign.Request) string {
+	t.Helper()
+	return encode(t, f.signed(t, f.priv, testUID, r, time.Minute))
+}
+
+func encode(t *testing.T, r assign.Request) string {
+	t.Helper()
+	b, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// echoRequest is the request TestAssign assigns.
+func echoRequest(fn string) assign.Request {
+	return assign.Request{Function: fn, Config: map[string]string{"k": "v"}}
 }
 
 func (f *fixture) assign(t *testing.T, body string) (int, map[string]any) {
@@ -101,6 +155,14 @@ func assignBody(t *testing.T, tok, fn string) string {
 
 func TestAssign(t *testing.T) {
 	f := newFixture(t, true)
+	first := f.body(t, echoRequest("default/echo"))
+	changed := func(change func(*assign.Request)) func() string {
+		return func() string {
+			r := f.signed(t, f.priv, testUID, echoRequest("default/echo"), time.Minute)
+			change(&r)
+			return encode(t, r)
+		}
+	}
 	tests := []struct {
 		name       string
 		body       func() string
@@ -111,15 +173,25 @@ func TestAssign(t *testing.T) {
 		{"missing token", func() string { return `{"function":"default/echo"}` }, 400, "malformed_body"},
 		{"garbage token", func() string { return assignBody(t, "v1.abc.def", "default/echo") }, 401, "bad_token"},
 		{"other pod", func() string {
-			return assignBody(t, f.token(t, "someone-else", "default/echo", time.Minute), "default/echo")
+			return encode(t, f.signed(t, f.priv, "someone-else", echoRequest("default/echo"), time.Minute))
 		}, 401, "bad_token"},
-		{"expired", func() string { return assignBody(t, f.token(t, testUID, "default/echo", -time.Second), "default/echo") }, 401, "bad_token"},
-		{"body names another function", func() string { return assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/other") }, 401, "bad_token"},
-		{"ok", func() string { return assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo") }, 200, ""},
-		{"again, same function", func() string { return assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo") }, 200, ""},
-		{"another function", func() string {
-			return assignBody(t, f.token(t, testUID, "default/other", time.Minute), "default/other")
-		}, 409, "already_assigned"},
+		{"expired", func() string {
+			return encode(t, f.signed(t, f.priv, testUID, echoRequest("default/echo"), -time.Second))
+		}, 401, "expired"},
+		{"another key", func() string {
+			other, _ := newKey(t)
+			return encode(t, f.signed(t, other, testUID, echoRequest("default/echo"), time.Minute))
+		}, 401, "bad_token"},
+		{"body names another function", changed(func(r *assign.Request) { r.Function = "default/other" }), 401, "bad_token"},
+		{"config changed", changed(func(r *assign.Request) { r.Config["k"] = "evil" }), 401, "bad_token"},
+		{"callers widened", changed(func(r *assign.Request) { r.Callers = &assign.Callers{Namespaces: []string{"attacker"}} }), 401, "bad_token"},
+		{"made oneshot", changed(func(r *assign.Request) { r.Oneshot = true }), 401, "bad_token"},
+		{"timeout stretched", changed(func(r *assign.Request) { r.TimeoutSeconds = 86400 }), 401, "bad_token"},
+		{"unbound token", func() string { return assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo") }, 401, "bad_token"},
+		{"ok", func() string { return first }, 200, ""},
+		{"replayed", func() string { return first }, 401, "replayed"},
+		{"a fresh token, same function", func() string { return f.body(t, echoRequest("default/echo")) }, 200, ""},
+		{"another function", func() string { return f.body(t, echoRequest("default/other")) }, 409, "already_assigned"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,11 +224,7 @@ func TestAssign(t *testing.T) {
 func TestOneshotAssignOnlyFromItsClaim(t *testing.T) {
 	f := newFixture(t, true)
 	body := func(claim string) string {
-		b, err := json.Marshal(assign.Request{Token: f.token(t, testUID, "default/once", time.Minute), Function: "default/once", Oneshot: true, Claim: claim})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
+		return f.body(t, assign.Request{Function: "default/once", Oneshot: true, Claim: claim})
 	}
 	for _, tt := range []struct {
 		claim string
@@ -174,13 +242,151 @@ func TestOneshotAssignOnlyFromItsClaim(t *testing.T) {
 
 func TestAssignKeyAppearsLate(t *testing.T) {
 	f := newFixture(t, false)
-	body := assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo")
+	body := f.body(t, echoRequest("default/echo"))
 	if status, m := f.assign(t, body); status != http.StatusServiceUnavailable || m["reason"] != "key_unavailable" {
 		t.Fatalf("without key: %d %v, want 503 key_unavailable", status, m)
 	}
 	f.writeKey(t)
 	if status, m := f.assign(t, body); status != http.StatusOK {
 		t.Fatalf("with key: %d %v, want 200", status, m)
+	}
+}
+
+// fakeClock is a settable time for the server and the tokens the test
+// signs, safe to read from the server's goroutines.
+type fakeClock struct{ ns atomic.Int64 }
+
+func newFakeClock() *fakeClock {
+	c := &fakeClock{}
+	c.ns.Store(time.Unix(1_800_000_000, 0).UnixNano())
+	return c
+}
+
+func (c *fakeClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *fakeClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// config is the config the instance echoes back it holds.
+func (f *fixture) config(t *testing.T) map[string]string {
+	t.Helper()
+	req := httptest.NewRequestWithContext(t.Context(), "GET", f.ts.URL+"/", nil)
+	req.RequestURI = ""
+	_, got := echo(t, f.ts.Client(), req)
+	return got.Config
+}
+
+// TestAssignRefusedChangesNothing: a replayed token, or a fresh one whose
+// body was changed, is refused and leaves the assignment as it was; a
+// fresh token for the function held hands over its request.
+func TestAssignRefusedChangesNothing(t *testing.T) {
+	f := newFixture(t, true)
+	v1 := f.body(t, assign.Request{Function: "default/echo", Config: map[string]string{"v": "1"}})
+	if status, m := f.assign(t, v1); status != http.StatusOK {
+		t.Fatalf("first assign: %d %v", status, m)
+	}
+	if status, m := f.assign(t, f.body(t, assign.Request{Function: "default/echo", Config: map[string]string{"v": "2"}})); status != http.StatusOK {
+		t.Fatalf("a fresh token with a newer config: %d %v, want 200", status, m)
+	}
+	if status, m := f.assign(t, v1); status != http.StatusUnauthorized || m["reason"] != assign.ReasonReplayed {
+		t.Fatalf("the first token again: %d %v, want 401 replayed", status, m)
+	}
+	tampered := f.signed(t, f.priv, testUID, assign.Request{Function: "default/echo", Config: map[string]string{"v": "3"}}, time.Minute)
+	tampered.Config["v"] = "evil"
+	if status, m := f.assign(t, encode(t, tampered)); status != http.StatusUnauthorized || m["reason"] != assign.ReasonBadToken ||
+		!strings.Contains(m["error"].(string), "request does not match its token") {
+		t.Fatalf("a changed body: %d %v, want 401 bad_token", status, m)
+	}
+	if diff := cmp.Diff(map[string]string{"v": "2"}, f.config(t)); diff != "" {
+		t.Errorf("config after the refusals (-want +got):\n%s", diff)
+	}
+}
+
+// TestAssignKeyRotation: the key file is read again at an assign at most
+// once a second; a key added to it verifies from then on, a key dropped
+// stops, and a bad file keeps the keys last read.
+func TestAssignKeyRotation(t *testing.T) {
+	clock := newFakeClock()
+	f := newFixtureWith(t, true, func(s *Server) { s.now = clock.now })
+	next, nextPEM := newKey(t)
+	assignWith := func(key ed25519.PrivateKey) (int, map[string]any) {
+		t.Helper()
+		return f.assign(t, encode(t, f.signed(t, key, testUID, echoRequest("default/echo"), time.Minute)))
+	}
+	write := func(data []byte) {
+		t.Helper()
+		if err := os.WriteFile(f.key, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		name   string
+		file   []byte // written first, when not nil
+		after  time.Duration
+		key    ed25519.PrivateKey
+		status int
+	}{
+		{name: "the old key", key: f.priv, status: 200},
+		{name: "the new key, not published", key: next, status: 401},
+		{name: "both published, within a second of the last read", file: append(slices.Clip(f.pub), nextPEM...), after: 500 * time.Millisecond, key: next, status: 401},
+		{name: "both published, read again", after: 500 * time.Millisecond, key: next, status: 200},
+		{name: "both published, the old key", key: f.priv, status: 200},
+		{name: "the old key dropped", file: nextPEM, after: time.Second, key: f.priv, status: 401},
+		{name: "the old key dropped, the new key", key: next, status: 200},
+		{name: "a bad file keeps the keys last read", file: []byte("not a key"), after: time.Second, key: next, status: 200},
+		{name: "a missing file keeps them too", file: []byte{}, after: time.Second, key: next, status: 200},
+	}
+	for _, s := range steps {
+		if s.file != nil {
+			if len(s.file) == 0 {
+				if err := os.Remove(f.key); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				write(s.file)
+			}
+		}
+		clock.advance(s.after)
+		status, m := assignWith(s.key)
+		if status != s.status {
+			t.Fatalf("%s: %d %v, want %d", s.name, status, m, s.status)
+		}
+		if status == 401 && m["reason"] != assign.ReasonBadToken {
+			t.Errorf("%s: reason %v, want bad_token", s.name, m["reason"])
+		}
+	}
+}
+
+// TestAssignIDsBounded: the instance remembers at most so many ids, each
+// until its token expires; full, it refuses new tokens (503, retry)
+// rather than forget an id that could be replayed.
+func TestAssignIDsBounded(t *testing.T) {
+	clock := newFakeClock()
+	f := newFixtureWith(t, true, func(s *Server) { s.now = clock.now; s.used = assign.NewUsed(2) })
+	first := f.body(t, echoRequest("default/echo"))
+	steps := []struct {
+		name   string
+		body   func() string
+		after  time.Duration
+		status int
+		reason string
+	}{
+		{name: "first", body: func() string { return first }, status: 200},
+		{name: "second", body: func() string { return f.body(t, echoRequest("default/echo")) }, status: 200},
+		{name: "full", body: func() string { return f.body(t, echoRequest("default/echo")) }, status: 503, reason: assign.ReasonTooMany},
+		{name: "replay while full", body: func() string { return first }, status: 401, reason: assign.ReasonReplayed},
+		{name: "the first two expired: forgotten", after: time.Minute, body: func() string { return f.body(t, echoRequest("default/echo")) }, status: 200},
+		{name: "the first replayed after its expiry", body: func() string { return first }, status: 401, reason: assign.ReasonExpired},
+	}
+	for _, s := range steps {
+		clock.advance(s.after)
+		status, m := f.assign(t, s.body())
+		if status != s.status || s.reason != "" && m["reason"] != s.reason {
+			t.Fatalf("%s: %d %v, want %d %s", s.name, status, m, s.status, s.reason)
+		}
+	}
+	f.srv.mu.Lock()
+	defer f.srv.mu.Unlock()
+	if n := f.srv.used.Len(); n != 1 {
+		t.Errorf("%d ids held, want 1 (the expired ones pruned)", n)
 	}
 }
 
@@ -222,7 +428,7 @@ func TestEcho(t *testing.T) {
 		t.Errorf("headers = %v, want X-Test", got.Headers)
 	}
 
-	if status, _ := f.assign(t, assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo")); status != 200 {
+	if status, _ := f.assign(t, f.body(t, echoRequest("default/echo"))); status != 200 {
 		t.Fatalf("assign: %d", status)
 	}
 	req = httptest.NewRequestWithContext(t.Context(), "GET", f.ts.URL+"/", nil)
@@ -434,11 +640,7 @@ func TestCallersChecked(t *testing.T) {
 	f := newFixture(t, true)
 	assignWith := func(c *assign.Callers) {
 		t.Helper()
-		b, err := json.Marshal(assign.Request{Token: f.token(t, testUID, "default/private", time.Minute), Function: "default/private", Callers: c})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if status, m := f.assign(t, string(b)); status != http.StatusOK {
+		if status, m := f.assign(t, f.body(t, assign.Request{Function: "default/private", Callers: c})); status != http.StatusOK {
 			t.Fatalf("assign: %d %v", status, m)
 		}
 	}
@@ -506,7 +708,7 @@ func TestAssignmentAnswered(t *testing.T) {
 	if status, m := get("?pod=" + testUID); status != http.StatusNotFound || m["reason"] != assign.ReasonUnassigned {
 		t.Errorf("unassigned: %d %v", status, m)
 	}
-	if status, m := f.assign(t, assignBody(t, f.token(t, testUID, "default/echo", time.Minute), "default/echo")); status != http.StatusOK {
+	if status, m := f.assign(t, f.body(t, echoRequest("default/echo"))); status != http.StatusOK {
 		t.Fatalf("assign: %d %v", status, m)
 	}
 	if status, m := get("?pod=" + testUID); status != http.StatusOK || m["function"] != "default/echo" {
