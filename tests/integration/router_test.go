@@ -474,20 +474,21 @@ func TestOneshot(t *testing.T) {
 }
 
 // TestInstanceCgroupsReadable: the router's cgroup reader finds the pods
-// the node agent runs on node1 (below --cgroup-root=/skipper, named as the
+// the node agent runs (below --cgroup-root=/skipper, named as the
 // kubelet's cgroupfs driver names them) and reads their CPU and memory.
+// Any node's: the pool's pods may all run on one node.
 func TestInstanceCgroupsReadable(t *testing.T) {
 	r, err := cgroup.Open("", "/skipper")
 	if err != nil {
 		t.Fatalf("open cgroups: %v", err)
 	}
 	pods, err := env.kube.CoreV1().Pods(namespace).List(t.Context(), metav1.ListOptions{
-		LabelSelector: v1alpha1.LabelPool + "=echo", FieldSelector: "spec.nodeName=node1,status.phase=Running"})
+		LabelSelector: v1alpha1.LabelPool + "=echo", FieldSelector: "status.phase=Running"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(pods.Items) == 0 {
-		t.Fatal("no running echo pod on node1")
+		t.Fatal("no running echo pod")
 	}
 	for _, p := range pods.Items {
 		if p.DeletionTimestamp != nil {
