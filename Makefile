@@ -134,7 +134,7 @@ bench: build
 	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
 	cd tests/fastproxy && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ .
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./tests/loopproxy
-	$(GO) test -run '^$$' -bench 'ProxyWarmServed' -benchmem -count 3 ./noderouter/ > $(BIN)/bench-allocs.txt
+	$(GO) test -run '^$$' -bench 'ProxyWarmServed|CallerCheck' -benchmem -count 3 ./noderouter/ ./noderouter/callers/ > $(BIN)/bench-allocs.txt
 	$(BIN)/skipper-bench warm -allocs $(BIN)/bench-allocs.txt
 
 ## bench-scale: the router's and the controller's cost beyond the request
