@@ -165,7 +165,10 @@ func (c *controller) syncPool(ctx context.Context, key string) error {
 		return nil
 	}
 	patch := fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, dec.Replicas)
-	if _, err := c.core.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{}, "scale"); err != nil {
+	// The Deployment itself, not its scale subresource: the admission
+	// policy skipper-controller-pools can check that it is an autoscaled
+	// pool and that nothing but spec.replicas changes.
+	if _, err := c.core.AppsV1().Deployments(ns).Patch(ctx, d.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return fmt.Errorf("scale pool %s (Deployment %s) to %d: %w", key, d.Name, dec.Replicas, err)
 	}
 	c.pools.scaled(key, now, replicas, dec.Replicas)

@@ -246,7 +246,8 @@ func TestPoolPolicyOf(t *testing.T) {
 }
 
 // scalePatches records the replicas the controller patched pool
-// Deployments' scale subresource to.
+// Deployments to (the Deployment itself, never its scale subresource,
+// which the admission policy refuses).
 type scalePatches struct {
 	mu  sync.Mutex
 	got []int32
@@ -255,8 +256,8 @@ type scalePatches struct {
 
 func (s *scalePatches) react(action k8stesting.Action) (bool, runtime.Object, error) {
 	pa := action.(k8stesting.PatchAction)
-	if pa.GetSubresource() != "scale" {
-		return false, nil, nil
+	if pa.GetSubresource() != "" {
+		return true, nil, fmt.Errorf("patched subresource %q of Deployment %s", pa.GetSubresource(), pa.GetName())
 	}
 	var body struct {
 		Spec struct {

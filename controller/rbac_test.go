@@ -37,7 +37,7 @@ var controllerCalls = []apiCall{
 	{"", "pods", "delete", "", "retiring, releasing and orphaned instances (claim.go, drain.go)"},
 	{"apps", "deployments", "list", "", "informer"},
 	{"apps", "deployments", "watch", "", "informer"},
-	{"apps", "deployments/scale", "patch", "", "the pool autoscaler (poolscale.go)"},
+	{"apps", "deployments", "patch", "", "the pool autoscaler (poolscale.go), replicas only (skipper-controller-pools)"},
 	{"", "configmaps", "create", "", "the assign key ConfigMap (assignkey.go)"},
 	{"", "configmaps", "list", "skipper-assign-key", "informer (metadata.name field selector)"},
 	{"", "configmaps", "watch", "skipper-assign-key", "informer (metadata.name field selector)"},

@@ -29,6 +29,12 @@ func TestPoolAutoscales(t *testing.T) {
 	eventually(t, 60*time.Second, "the pool's one pod ready", func(ctx context.Context) error {
 		return poolReady(ctx, pool, 1)
 	})
+	// Events of this Deployment only: an earlier run's, of the same name,
+	// stay for an hour.
+	dep, err := env.kube.AppsV1().Deployments("default").Get(t.Context(), pool, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	var names []string
 	for i := range n {
 		name := fmt.Sprintf("autoscaled-%d", i)
@@ -45,7 +51,7 @@ func TestPoolAutoscales(t *testing.T) {
 
 	scaled := func(ctx context.Context) (up, down bool, err error) {
 		evs, err := env.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{
-			FieldSelector: "involvedObject.kind=Deployment,involvedObject.name=" + pool})
+			FieldSelector: "involvedObject.kind=Deployment,involvedObject.name=" + pool + ",involvedObject.uid=" + string(dep.UID)})
 		if err != nil {
 			return false, false, err
 		}

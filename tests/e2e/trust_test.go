@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/trust"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
@@ -301,5 +303,72 @@ func TestControllerIdentityLimited(t *testing.T) {
 	}
 	if _, err := env.kube.CoreV1().ConfigMaps("default").Get(t.Context(), "not-the-key", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("ConfigMap not-the-key: %v, want not found", err)
+	}
+
+	// Deployments: the pool autoscaler's patch of spec.replicas, on
+	// autoscaled pools only (TestPoolAutoscales shows it allowed there).
+	// A Deployment of no pool, and a pool that did not opt in: no replicas
+	// change, and nothing else either; the scale subresource not at all.
+	for _, d := range []*appsv1.Deployment{
+		vapDeployment(name+"-app", map[string]string{"app": "bystander"}, nil),
+		vapDeployment(name+"-pool", map[string]string{v1alpha1.LabelPool: name + "-pool"}, nil),
+	} {
+		if _, err := env.kube.AppsV1().Deployments("default").Create(t.Context(), d, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = env.kube.AppsV1().Deployments("default").Delete(context.Background(), d.Name, metav1.DeleteOptions{})
+		})
+		deps := asController.AppsV1().Deployments("default")
+		_, err := deps.Patch(t.Context(), d.Name, types.MergePatchType, []byte(`{"spec":{"replicas":5}}`), metav1.PatchOptions{})
+		refused("scaling Deployment "+d.Name, err, "scales only pool Deployments annotated")
+		_, err = deps.Patch(t.Context(), d.Name, types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"evil.example/miner"}]`), metav1.PatchOptions{})
+		refused("patching Deployment "+d.Name+"'s image", err, "scales only pool Deployments annotated")
+		_, err = deps.Patch(t.Context(), d.Name, types.MergePatchType, []byte(`{"spec":{"replicas":5}}`), metav1.PatchOptions{}, "scale")
+		if !apierrors.IsForbidden(err) {
+			t.Errorf("scaling Deployment %s through its scale subresource: %v, want Forbidden (no RBAC grant)", d.Name, err)
+		}
+		got, err := env.kube.AppsV1().Deployments("default").Get(t.Context(), d.Name, metav1.GetOptions{})
+		if err != nil || *got.Spec.Replicas != 0 || got.Spec.Template.Spec.Containers[0].Image != d.Spec.Template.Spec.Containers[0].Image {
+			t.Errorf("Deployment %s changed: %v %v", d.Name, got, err)
+		}
+	}
+	// An autoscaled pool: its replicas are the controller's, nothing else.
+	pool := vapDeployment(name+"-auto", map[string]string{v1alpha1.LabelPool: name + "-auto"}, map[string]string{v1alpha1.AnnotationAutoscale: "true"})
+	if _, err := env.kube.AppsV1().Deployments("default").Create(t.Context(), pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = env.kube.AppsV1().Deployments("default").Delete(context.Background(), pool.Name, metav1.DeleteOptions{})
+	})
+	deps := asController.AppsV1().Deployments("default")
+	_, err = deps.Patch(t.Context(), pool.Name, types.JSONPatchType, []byte(`[{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"evil.example/miner"}]`), metav1.PatchOptions{})
+	refused("patching an autoscaled pool's image", err, "changes only spec.replicas")
+	refused("dropping an autoscaled pool's annotation", func() error {
+		_, err := deps.Patch(t.Context(), pool.Name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"skipper.dev/autoscale":null}}}`), metav1.PatchOptions{})
+		return err
+	}(), "changes only spec.replicas")
+	if _, err := deps.Patch(t.Context(), pool.Name, types.MergePatchType, []byte(`{"spec":{"replicas":0}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("setting an autoscaled pool's replicas as the controller: %v, want allowed", err)
+	}
+	if got, err := env.kube.AppsV1().Deployments("default").Get(t.Context(), pool.Name, metav1.GetOptions{}); err != nil ||
+		got.Spec.Template.Spec.Containers[0].Image != pool.Spec.Template.Spec.Containers[0].Image || got.Annotations[v1alpha1.AnnotationAutoscale] != "true" {
+		t.Errorf("the autoscaled pool changed: %v %v", got, err)
+	}
+}
+
+// vapDeployment is a Deployment of no replicas with labels on itself and
+// its template, and annotations.
+func vapDeployment(name string, labels, annotations map[string]string) *appsv1.Deployment {
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels, Annotations: annotations},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: new(int32),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/skipper-dev/skipper"}}},
+			},
+		},
 	}
 }
