@@ -30,6 +30,11 @@ const annCallers = "skipper.dev/callers"
 // reassignBatch bounds the re-assigns one tick starts for a function.
 const reassignBatch = 8
 
+// reassignRest is how long a pod whose re-assign failed is left before
+// the next try (the instance refusing, or the patch): a failing pod is not
+// assigned again every tick.
+const reassignRest = 10 * time.Second
+
 // assignCallers are a Function's callers as an assign carries them (nil:
 // any caller).
 func assignCallers(c *v1alpha1.Callers) *assign.Callers {
@@ -131,11 +136,19 @@ func (c *controller) reassign(fn *v1alpha1.Function, port int32, pods []*corev1.
 			continue
 		}
 		c.wg.Go(func() {
-			defer c.reassigning.done(pod.UID, time.Time{})
+			rest := time.Now().Add(reassignRest) // unless it lands
+			defer func() { c.reassigning.done(pod.UID, rest) }()
 			ctx, cancel := context.WithTimeout(c.runCtx, 2*c.cfg.AssignTimeout)
 			defer cancel()
 			if err := c.assignPod(ctx, pod, fn, port, ""); err != nil {
-				c.log.Warn("assign again with the function's callers", "function", fn.Key(), "pod", pod.Name, "err", err)
+				c.log.Warn("assign again with the function's callers", "function", fn.Key(), "pod", pod.Name, "err", err, "retry_in", reassignRest.String())
+				return
+			}
+			// Callers changed again while the assign was out: the next
+			// tick hands over the newer ones; noting these would claim
+			// the instance holds what it may not.
+			if cur, err := c.cache.function(fn.Namespace, fn.Name); err != nil || callersDigest(&cur.Spec.Callers) != digest {
+				rest = time.Time{}
 				return
 			}
 			var v any = digest
@@ -148,6 +161,7 @@ func (c *controller) reassign(fn *v1alpha1.Function, port int32, pods []*corev1.
 				c.log.Warn("note the callers an instance holds", "function", fn.Key(), "pod", pod.Name, "err", err)
 				return
 			}
+			rest = time.Time{}
 			c.log.Info("instance assigned again with the function's callers", "function", fn.Key(), "pod", pod.Name, "callers", digest)
 		})
 	}

@@ -150,7 +150,9 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 		rt.proxy.identify = ownPod(callers.NewIdentity(cfg.PodNamespace, cfg.PodServiceAccount, cfg.PodName))
 	case cfg.Mode == ModeSidecar:
 		log.Warn("--pod-namespace or --pod-service-account unset: calls to functions that list callers will be refused (caller_unknown)")
-	case cfg.CallerIndex && len(cfg.ControllerAddresses) == 0:
+	case cfg.CallerIndex && len(cfg.ControllerAddresses) > 0:
+		log.Warn("--controller-addresses: no Kubernetes client, so no caller index; calls to functions that list callers will be refused (caller_unknown)")
+	case cfg.CallerIndex:
 		rt.callerIndex = &callers.Index{}
 		rt.callersSynced.Store(false)
 		rt.proxy.identify = rt.callerIndex.Lookup
