@@ -132,6 +132,7 @@ func (c *controller) fly(f *flight, fn *v1alpha1.Function, port int32, node, rou
 	c.wg.Go(func() {
 		ctx, cancel := context.WithTimeout(c.runCtx, c.cfg.ClaimTimeout+c.cfg.AssignTimeout)
 		defer cancel()
+		start := time.Now()
 		pod, err := c.claim(ctx, fn, port, f.kind, node, router, unusable)
 		c.claims.land(key, f, pod, time.Now())
 		if pod != nil {
@@ -140,6 +141,12 @@ func (c *controller) fly(f *flight, fn *v1alpha1.Function, port int32, node, rou
 		c.claimDone(fn, err)
 		f.pod, f.err = pod, err
 		close(f.done)
+		// Logged once the waiters are free: a cold start waits for no log
+		// write.
+		if pod != nil {
+			c.log.Info("claimed pod", "function", key, "pod", pod.Name, "node", pod.Spec.NodeName,
+				"waited", time.Since(start), "oneshot", f.kind == flightOneshot)
+		}
 	})
 }
 
@@ -180,7 +187,6 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 	poolKey := fn.Namespace + "/" + fn.Spec.Pool
 	deadline := time.NewTimer(c.cfg.ClaimTimeout)
 	defer deadline.Stop()
-	start := time.Now()
 	waiting := false
 	defer func() {
 		if waiting {
@@ -210,8 +216,6 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 			if err != nil {
 				return nil, err
 			}
-			c.log.Info("claimed pod", "function", fn.Key(), "pod", claimed.Name, "node", claimed.Spec.NodeName,
-				"waited", time.Since(start), "oneshot", kind == flightOneshot)
 			return claimed, nil
 		}
 		if !waiting {

@@ -24,11 +24,20 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewJSONHandler(stderr, nil)).With("pod", cfg.PodName)
 
+	srv := NewServer(cfg, log)
+	// Before listening, so before the pod is ready: a claim finds the
+	// code it runs warm.
+	start := time.Now()
+	if err := srv.Warm(); err != nil {
+		log.Warn("warm-up failed: the first assign pays for it", "err", err)
+	} else {
+		log.Debug("warmed up", "took", time.Since(start))
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	return serve(ctx, ln, NewServer(cfg, log), cfg.ShutdownTimeout, log)
+	return serve(ctx, ln, srv, cfg.ShutdownTimeout, log)
 }
 
 // serve runs handler on ln until ctx ends, then drains for at most timeout.

@@ -153,10 +153,16 @@ func (s *Server) handleAssign(w http.ResponseWriter, r *http.Request) {
 	}
 	s.assigned = &assignment{Function: req.Function, Request: req, At: now}
 	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, assignResponse{Ready: true, Function: req.Function, Pod: s.cfg.PodName, PodUID: s.cfg.PodUID})
 	if prev == nil {
+		// After the answer is on its way: the claim it decides waits for
+		// no log write (and the process reading the log is not woken
+		// first).
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
 		s.log.Info("assigned", "function", req.Function, "oneshot", req.Oneshot)
 	}
-	writeJSON(w, http.StatusOK, assignResponse{Ready: true, Function: req.Function, Pod: s.cfg.PodName, PodUID: s.cfg.PodUID})
 }
 
 // handleAssignment answers what the instance holds (assign.Assignment),

@@ -721,3 +721,30 @@ func TestAssignmentAnswered(t *testing.T) {
 		t.Errorf("asked as another pod: %d %v", status, m)
 	}
 }
+
+// TestWarm: the warm-up runs every handler it means to (a broken step is
+// an error), and leaves the server as it was: unassigned, its key loaded,
+// ready for its one claim.
+func TestWarm(t *testing.T) {
+	f := newFixture(t, true)
+	if err := f.srv.Warm(); err != nil {
+		t.Fatalf("Warm: %v", err)
+	}
+	if f.srv.assignment() != nil {
+		t.Fatal("Warm assigned the server itself")
+	}
+	if f.srv.keys == nil {
+		t.Error("Warm did not load the assign key")
+	}
+	if n := f.srv.used.Len(); n != 0 {
+		t.Errorf("Warm left %d token ids in the server's memory", n)
+	}
+	if code, m := f.assign(t, f.body(t, echoRequest("default/echo"))); code != http.StatusOK {
+		t.Fatalf("assign after Warm: %d %v", code, m)
+	}
+	// Without the key file the warm-up still runs; the first assign reads it.
+	g := newFixture(t, false)
+	if err := g.srv.Warm(); err != nil {
+		t.Fatalf("Warm without a key file: %v", err)
+	}
+}

@@ -64,6 +64,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -119,6 +120,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	emptyPool := fs.Bool("empty-pool", false, "measure with an empty pool instead: before each call the pool Deployment is scaled to 0 "+
 		"until no warm pod is left, the call is made, and the pool is scaled back to 1 at once (pod start + claim); "+
 		"the pool's replica count is restored at the end")
+	marks := fs.Bool("marks", false, "print each first call's start and end on CLOCK_MONOTONIC (seconds) to stderr, "+
+		"to find the call in a trace of 'perf sched record -k CLOCK_MONOTONIC'")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -169,7 +172,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if err := waitQuiet(ctx, cs, *ns, *pool, prefix, *warmWait); err != nil {
 				return err
 			}
+			var ts0, ts1 unix.Timespec
+			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts0)
 			d, err = call(ctx, client, env["ROUTER_URL"], name)
+			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts1)
+			if *marks {
+				fmt.Fprintf(stderr, "mark %d %.6f %.6f %s\n", i, float64(ts0.Nano())/1e9, float64(ts1.Nano())/1e9, d)
+			}
 		}
 		if err != nil {
 			return fmt.Errorf("cold call %d: %w", i, err)
