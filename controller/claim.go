@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"slices"
 	"strconv"
 	"strings"
@@ -301,8 +302,26 @@ type heldError struct {
 
 func (e *heldError) Error() string { return e.msg }
 
-// assignPod posts the assignment to the claimed pod and expects 200.
+// assignPod posts the assignment to the claimed pod and expects 200. The
+// POST goes out on the connection preconnect keeps open when there is
+// one; when that connection fails under it (the instance closed it as
+// the request went out), the assign is sent once more on a new
+// connection, with a token of its own, which a repeat for the same
+// function is answered 200 with.
 func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, port int32, claim string) error {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+	defer cancel()
+	reused, err := c.assignOnce(ctx, pod, fn, port, claim)
+	if err != nil && reused && ctx.Err() == nil {
+		c.log.Debug("assign failed on a kept-alive connection, sending it on a new one", "pod", pod.Name, "err", err)
+		_, err = c.assignOnce(ctx, pod, fn, port, claim)
+	}
+	return err
+}
+
+// assignOnce is one POST of assignPod; reused is true when it failed in
+// transport on a connection opened before it.
+func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, port int32, claim string) (reused bool, _ error) {
 	areq := assign.Request{
 		Function:       fn.Key(),
 		Port:           port,
@@ -316,37 +335,37 @@ func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha
 	// a token of its own (a fresh id), bound to this very request.
 	token, err := assign.SignRequest(c.key.Load().sign, string(pod.UID), areq, time.Now(), tokenLifetime)
 	if err != nil {
-		return err
+		return false, err
 	}
 	areq.Token = token
 	body, err := json.Marshal(areq)
 	if err != nil {
-		return err
+		return false, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
-	defer cancel()
 	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port))) + assign.Path
+	var gotReused bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { gotReused = i.Reused }})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("POST %s: %w", url, err)
+		return gotReused, fmt.Errorf("POST %s: %w", url, err)
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
 	if resp.StatusCode == http.StatusConflict {
 		var cf assign.Conflict
 		if json.Unmarshal(msg, &cf) == nil && cf.Reason == assign.ReasonAlreadyAssigned && cf.Function != "" {
-			return &heldError{function: cf.Function, msg: fmt.Sprintf("POST %s: instance holds function %s", url, cf.Function)}
+			return false, &heldError{function: cf.Function, msg: fmt.Sprintf("POST %s: instance holds function %s", url, cf.Function)}
 		}
 	}
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(msg)))
+		return false, fmt.Errorf("POST %s: %s: %s", url, resp.Status, strings.TrimSpace(string(msg)))
 	}
-	return nil
+	return false, nil
 }
 
 // deleteOrphan deletes a claimed pod whose assignment failed: the pool has

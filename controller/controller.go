@@ -37,6 +37,7 @@ type controller struct {
 	keyMu   sync.Mutex                // serialises reloadAssignKey
 	metrics *metrics
 	http    *http.Client // to instances' assign endpoints
+	preconn *preconnects // the pool pods c.http holds a connection to
 	fwd     *forwarder
 	hub     *hub
 
@@ -138,7 +139,13 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		cfg: cfg, self: self, log: log, core: core, dyn: dyn,
 		cache:   newKubeCache(core, dyn, cfg),
 		metrics: m,
-		http:    &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		// Kept-alive connections to instances, one per pool pod at most:
+		// the assign goes out on the one preconnect opened.
+		http: &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1, IdleConnTimeout: assignIdleTimeout,
+			DisableCompression: true, ForceAttemptHTTP2: false,
+		}},
+		preconn: newPreconnects(),
 		fwd:     newForwarder(cfg.TokenFile),
 		hub:     newHub(),
 		nsQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -233,6 +240,7 @@ func (c *controller) start(ctx context.Context) {
 	c.cache.run(ctx, &c.wg)
 	c.wg.Go(func() { c.measureLag(ctx) })
 	c.wg.Go(func() { c.watchAssignKey(ctx) })
+	c.wg.Go(func() { c.renewPreconnects(ctx) })
 	for _, q := range []struct {
 		name string
 		q    workqueue.TypedRateLimitingInterface[string]
@@ -249,6 +257,7 @@ func (c *controller) start(ctx context.Context) {
 		<-ctx.Done()
 		c.shutDownQueues()
 		c.podsChanged.notify()
+		c.http.CloseIdleConnections()
 	})
 }
 

@@ -248,6 +248,7 @@ func (c *controller) poolPodEvent(obj any, live, deleted bool) {
 	if key == "" {
 		return
 	}
+	c.preconnect(p, deleted)
 	if deleted {
 		c.pools.forget(key, p.UID)
 	} else {

@@ -73,6 +73,7 @@ type testEnv struct {
 	failFn     map[string]int    // function key → status to answer
 	beforeRV   func(pod *corev1.Pod)
 	patchedOK  []string // pods the API server claimed
+	requests   []string // "<method> <client address>" of every request to the assign endpoint
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -92,6 +93,9 @@ func newTestEnv(t *testing.T) *testEnv {
 }
 
 func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
+	e.mu.Lock()
+	e.requests = append(e.requests, r.Method+" "+r.RemoteAddr)
+	e.mu.Unlock()
 	if r.Method == http.MethodGet && r.URL.Path == assign.Path {
 		e.mu.Lock()
 		held := e.holds[r.URL.Query().Get("pod")]

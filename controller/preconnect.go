@@ -1,0 +1,175 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+)
+
+// Pre-connection (issue 15, the first call): a claim's assign used to open
+// a new TCP connection to the instance, and on the 2-core VM the dial
+// alone was a fifth of the controller's CPU on the cold path (perf, in
+// docs/benchmarks.md). Each replica keeps one idle kept-alive connection to
+// every ready pool pod the ring gives it (the pods it assigns first), opened
+// by the read-only GET of the assign endpoint when the pod turns ready and
+// renewed before the instance's idle timeout could close it, so the assign
+// is written on a connection already open.
+
+// preconnectRenew is how long a pre-opened connection goes before it is
+// used again (the GET once more): under the idle timeouts of the echo
+// runtime (2 minutes) and of c.http (assignIdleTimeout).
+const preconnectRenew = 50 * time.Second
+
+// assignIdleTimeout is how long c.http keeps an idle connection to an
+// instance.
+const assignIdleTimeout = 90 * time.Second
+
+// preconnectParallel bounds the pre-connections opened at once.
+const preconnectParallel = 4
+
+// preconnects remembers the pool pods this replica holds a connection
+// to, as last seen, and when each was last connected to; its own lock,
+// taken alone.
+type preconnects struct {
+	mu    sync.Mutex
+	at    map[types.UID]preconnected
+	slots chan struct{}
+}
+
+type preconnected struct {
+	pod *corev1.Pod
+	at  time.Time
+}
+
+func newPreconnects() *preconnects {
+	return &preconnects{at: map[types.UID]preconnected{}, slots: make(chan struct{}, preconnectParallel)}
+}
+
+// due records p as last seen and reports whether its connection should be
+// (re)opened at now; if so it is marked as opened at now.
+func (pc *preconnects) due(p *corev1.Pod, now time.Time) bool {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	e, ok := pc.at[p.UID]
+	if ok && now.Sub(e.at) < preconnectRenew {
+		pc.at[p.UID] = preconnected{pod: p, at: e.at}
+		return false
+	}
+	pc.at[p.UID] = preconnected{pod: p, at: now}
+	return true
+}
+
+// later makes uid's connection due at the next renewal.
+func (pc *preconnects) later(uid types.UID) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if e, ok := pc.at[uid]; ok {
+		pc.at[uid] = preconnected{pod: e.pod}
+	}
+}
+
+// pods returns the pods held, as last seen.
+func (pc *preconnects) pods() []*corev1.Pod {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	out := make([]*corev1.Pod, 0, len(pc.at))
+	for _, e := range pc.at {
+		out = append(out, e.pod)
+	}
+	return out
+}
+
+// forget drops uid (its pod is gone, claimed or no longer this replica's).
+func (pc *preconnects) forget(uid types.UID) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	delete(pc.at, uid)
+}
+
+// preconnectable returns the assign port of p when this replica should
+// hold a connection to it: a ready, unclaimed, live pool pod with an IP
+// that the ring gives this replica. The port is the first container's
+// first (a Function's own port, when it sets one, gets no pre-connection).
+func preconnectable(p *corev1.Pod, mine func(uid string) bool) (int32, bool) {
+	if p.Labels[v1alpha1.LabelPool] == "" || p.DeletionTimestamp != nil || p.Status.PodIP == "" || !podReady(p) {
+		return 0, false
+	}
+	if _, claimed := p.Labels[v1alpha1.LabelFunction]; claimed {
+		return 0, false
+	}
+	if mine != nil && !mine(string(p.UID)) {
+		return 0, false
+	}
+	for _, c := range p.Spec.Containers {
+		for _, port := range c.Ports {
+			if port.ContainerPort > 0 {
+				return port.ContainerPort, true
+			}
+		}
+		break
+	}
+	return 0, false
+}
+
+// preconnect opens (or renews) the kept-alive connection to pool pod p
+// when it is due, in the background: the GET leaves its connection idle in
+// c.http for the assign. A pod that stops qualifying is forgotten.
+func (c *controller) preconnect(p *corev1.Pod, deleted bool) {
+	port, ok := preconnectable(p, c.owns)
+	if deleted || !ok {
+		c.preconn.forget(p.UID)
+		return
+	}
+	ctx := c.ctx()
+	if ctx == nil || ctx.Err() != nil || !c.preconn.due(p, time.Now()) {
+		return
+	}
+	select {
+	case c.preconn.slots <- struct{}{}:
+	default:
+		c.preconn.later(p.UID) // busy: the next renewal tries again
+		return
+	}
+	c.wg.Go(func() {
+		defer func() { <-c.preconn.slots }()
+		actx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+		defer cancel()
+		if _, err := c.askInstance(actx, p, port); err != nil {
+			c.preconn.later(p.UID)
+			c.log.Debug("pre-connect to pool pod failed", "pod", p.Namespace+"/"+p.Name, "err", err)
+		}
+	})
+}
+
+// preconnectTick is how often renewPreconnects looks for connections due.
+const preconnectTick = 5 * time.Second
+
+// renewPreconnects opens, every preconnectTick, the connections due: those
+// preconnectRenew old, so that none lapses while its pod stays warm, and
+// those that failed or found no free slot; it returns when ctx ends.
+func (c *controller) renewPreconnects(ctx context.Context) {
+	t := time.NewTicker(preconnectTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			for _, p := range c.preconn.pods() {
+				c.preconnect(p, false)
+			}
+		}
+	}
+}
+
+// ctx is the controller's run context, nil before start.
+func (c *controller) ctx() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.runCtx
+}

@@ -1,0 +1,110 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"skipper.dev/skipper/controller/api/v1alpha1"
+)
+
+func withPort(port int32) podOpt {
+	return func(p *corev1.Pod) {
+		p.Spec.Containers = []corev1.Container{{Name: "main", Ports: []corev1.ContainerPort{{ContainerPort: port}}}}
+	}
+}
+
+func TestPreconnectable(t *testing.T) {
+	mine := func(uid string) bool { return uid != "uid-theirs" }
+	for _, tc := range []struct {
+		name string
+		pod  *corev1.Pod
+		mine func(string) bool
+		want int32
+	}{
+		{"ready pool pod", poolPod("a", "echo", withPort(8080)), mine, 8080},
+		{"no ring preference", poolPod("a", "echo", withPort(8080)), nil, 8080},
+		{"the first container's first port", poolPod("a", "echo", func(p *corev1.Pod) {
+			p.Spec.Containers = []corev1.Container{
+				{Name: "main", Ports: []corev1.ContainerPort{{ContainerPort: 0}, {ContainerPort: 9000}}},
+				{Name: "side", Ports: []corev1.ContainerPort{{ContainerPort: 7000}}},
+			}
+		}), mine, 9000},
+		{"another replica's", poolPod("theirs", "echo", withPort(8080)), mine, 0},
+		{"claimed", poolPod("a", "echo", withPort(8080), labelled(v1alpha1.LabelFunction, "hello")), mine, 0},
+		{"not ready", poolPod("a", "echo", withPort(8080), notReady), mine, 0},
+		{"terminating", poolPod("a", "echo", withPort(8080), terminating), mine, 0},
+		{"no IP", poolPod("a", "echo", withPort(8080), ip("")), mine, 0},
+		{"no port", poolPod("a", "echo"), mine, 0},
+		{"not a pool's", testPod("a", withPort(8080), func(p *corev1.Pod) { delete(p.Labels, v1alpha1.LabelPool) }), mine, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := preconnectable(tc.pod, tc.mine)
+			if got != tc.want || ok != (tc.want != 0) {
+				t.Errorf("preconnectable = %d, %v; want %d", got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestPreconnectsDue(t *testing.T) {
+	pc := newPreconnects()
+	p := poolPod("a", "echo")
+	if !pc.due(p, t0) {
+		t.Fatal("a pod never connected to is not due")
+	}
+	if pc.due(p, t0.Add(preconnectRenew-time.Second)) {
+		t.Error("due again before preconnectRenew")
+	}
+	newer := poolPod("a", "echo", resourceVersion("2"))
+	pc.due(newer, t0.Add(time.Second))
+	if got := pc.pods(); len(got) != 1 || got[0].ResourceVersion != "2" {
+		t.Errorf("pods = %v, want the pod as last seen", got)
+	}
+	if !pc.due(p, t0.Add(preconnectRenew)) {
+		t.Error("not due after preconnectRenew")
+	}
+	pc.later(p.UID)
+	if !pc.due(p, t0.Add(preconnectRenew+time.Second)) {
+		t.Error("a failed connection is not due at once")
+	}
+	pc.forget(p.UID)
+	if len(pc.pods()) != 0 {
+		t.Error("forget kept the pod")
+	}
+}
+
+// TestAssignUsesPreconnectedConnection: a replica opens a connection to a
+// ready pool pod the ring gives it before any claim, and the claim's
+// assign is written on it: the instance accepts no second connection.
+func TestAssignUsesPreconnectedConnection(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.MinInstances = 0
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo", withPort(e.assignPort)))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	reqs := func() []string {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return append([]string(nil), e.requests...)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(reqs()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no pre-connection to the ready pool pod")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
+		t.Fatal(err)
+	}
+	got := reqs()
+	if len(got) != 2 || !strings.HasPrefix(got[0], "GET ") || !strings.HasPrefix(got[1], "POST ") {
+		t.Fatalf("requests to the instance = %q, want the pre-connection's GET, then the assign", got)
+	}
+	if from := func(s string) string { return s[strings.Index(s, " ")+1:] }; from(got[0]) != from(got[1]) {
+		t.Errorf("the assign came on a new connection (%s), not the one opened before (%s)", from(got[1]), from(got[0]))
+	}
+}
