@@ -304,15 +304,17 @@ func (e *heldError) Error() string { return e.msg }
 
 // assignPod posts the assignment to the claimed pod and expects 200. The
 // POST goes out on the connection preconnect keeps open when there is
-// one; when that connection fails under it (the instance closed it as
-// the request went out), the assign is sent once more on a new
-// connection, with a token of its own, which a repeat for the same
-// function is answered 200 with.
+// one; when that connection fails after the request was written (the
+// instance may have accepted it, or closed the connection as it came),
+// the assign is sent once more on a new connection, with a token of its
+// own: a repeat for the function the instance holds is a 200, so the
+// repeat decides either way.
 func (c *controller) assignPod(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, port int32, claim string) error {
-	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
-	defer cancel()
 	reused, err := c.assignOnce(ctx, pod, fn, port, claim)
 	if err != nil && reused && ctx.Err() == nil {
+		// Go's Transport already sends a request again when its kept-alive
+		// connection failed before any of it was written; this one was
+		// written, so the instance may have accepted it: a repeat decides.
 		c.log.Debug("assign failed on a kept-alive connection, sending it on a new one", "pod", pod.Name, "err", err)
 		_, err = c.assignOnce(ctx, pod, fn, port, claim)
 	}
@@ -342,6 +344,11 @@ func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alph
 	if err != nil {
 		return false, err
 	}
+	// Each attempt has --assign-timeout of its own (within the claim's
+	// bound): one that hangs on a connection whose peer vanished leaves
+	// the repeat its time.
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
+	defer cancel()
 	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port))) + assign.Path
 	var gotReused bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { gotReused = i.Reused }})

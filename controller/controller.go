@@ -257,7 +257,6 @@ func (c *controller) start(ctx context.Context) {
 		<-ctx.Done()
 		c.shutDownQueues()
 		c.podsChanged.notify()
-		c.http.CloseIdleConnections()
 	})
 }
 
@@ -272,6 +271,7 @@ func (c *controller) shutDownQueues() {
 // have ended.
 func (c *controller) stop() {
 	c.wg.Wait()
+	c.http.CloseIdleConnections() // every request to an instance has ended
 	c.fwd.close()
 	c.events.Shutdown()
 }

@@ -215,6 +215,19 @@ func (c *kubeCache) poolPods(ns, pool string) []*corev1.Pod {
 	return byIndex[*corev1.Pod](s.pods, indexPool, ns+"/"+pool)
 }
 
+// unclaimedPoolPods returns every cached pool pod no function claimed, of
+// every pool.
+func (c *kubeCache) unclaimedPoolPods() []*corev1.Pod {
+	var out []*corev1.Pod
+	for _, s := range c.sets {
+		idx := s.pods.GetIndexer()
+		for _, key := range idx.ListIndexFuncValues(indexPool) {
+			out = append(out, byIndex[*corev1.Pod](s.pods, indexPool, key)...)
+		}
+	}
+	return out
+}
+
 func (c *kubeCache) configMap(ns string) *corev1.ConfigMap {
 	s := c.set(ns)
 	if s == nil {

@@ -12,13 +12,15 @@ import (
 )
 
 // Pre-connection (issue 15, the first call): a claim's assign used to open
-// a new TCP connection to the instance, and on the 2-core VM the dial
-// alone was a fifth of the controller's CPU on the cold path (perf, in
-// docs/benchmarks.md). Each replica keeps one idle kept-alive connection to
-// every ready pool pod the ring gives it (the pods it assigns first), opened
-// by the read-only GET of the assign endpoint when the pod turns ready and
-// renewed before the instance's idle timeout could close it, so the assign
-// is written on a connection already open.
+// a new TCP connection to the instance, and on the 2-core VM the dial and
+// the connection's goroutines were about a seventh of the controllers' CPU
+// on the cold path (perf, in docs/benchmarks.md). Each replica keeps one
+// idle kept-alive connection to every ready pool pod the ring gives it (the
+// pods it assigns first), opened by the read-only GET of the assign
+// endpoint when the pod turns ready (or when the replica's walk of the
+// cache every preconnectTick finds it, after a ring change) and renewed
+// before the instance's idle timeout could close it, so the assign is
+// written on a connection already open.
 
 // preconnectRenew is how long a pre-opened connection goes before it is
 // used again (the GET once more): under the idle timeouts of the echo
@@ -32,35 +34,28 @@ const assignIdleTimeout = 90 * time.Second
 // preconnectParallel bounds the pre-connections opened at once.
 const preconnectParallel = 4
 
-// preconnects remembers the pool pods this replica holds a connection
-// to, as last seen, and when each was last connected to; its own lock,
-// taken alone.
+// preconnects remembers when this replica last connected to each pool
+// pod (by UID); its own lock, taken alone. The pods themselves are always
+// read from the informer cache.
 type preconnects struct {
 	mu    sync.Mutex
-	at    map[types.UID]preconnected
+	at    map[types.UID]time.Time
 	slots chan struct{}
 }
 
-type preconnected struct {
-	pod *corev1.Pod
-	at  time.Time
-}
-
 func newPreconnects() *preconnects {
-	return &preconnects{at: map[types.UID]preconnected{}, slots: make(chan struct{}, preconnectParallel)}
+	return &preconnects{at: map[types.UID]time.Time{}, slots: make(chan struct{}, preconnectParallel)}
 }
 
-// due records p as last seen and reports whether its connection should be
-// (re)opened at now; if so it is marked as opened at now.
-func (pc *preconnects) due(p *corev1.Pod, now time.Time) bool {
+// due reports whether uid's connection should be (re)opened at now; if so
+// it is marked as opened at now.
+func (pc *preconnects) due(uid types.UID, now time.Time) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	e, ok := pc.at[p.UID]
-	if ok && now.Sub(e.at) < preconnectRenew {
-		pc.at[p.UID] = preconnected{pod: p, at: e.at}
+	if at, ok := pc.at[uid]; ok && now.Sub(at) < preconnectRenew {
 		return false
 	}
-	pc.at[p.UID] = preconnected{pod: p, at: now}
+	pc.at[uid] = now
 	return true
 }
 
@@ -68,20 +63,9 @@ func (pc *preconnects) due(p *corev1.Pod, now time.Time) bool {
 func (pc *preconnects) later(uid types.UID) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	if e, ok := pc.at[uid]; ok {
-		pc.at[uid] = preconnected{pod: e.pod}
+	if _, ok := pc.at[uid]; ok {
+		pc.at[uid] = time.Time{}
 	}
-}
-
-// pods returns the pods held, as last seen.
-func (pc *preconnects) pods() []*corev1.Pod {
-	pc.mu.Lock()
-	defer pc.mu.Unlock()
-	out := make([]*corev1.Pod, 0, len(pc.at))
-	for _, e := range pc.at {
-		out = append(out, e.pod)
-	}
-	return out
 }
 
 // forget drops uid (its pod is gone, claimed or no longer this replica's).
@@ -89,6 +73,17 @@ func (pc *preconnects) forget(uid types.UID) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	delete(pc.at, uid)
+}
+
+// keepOnly forgets every UID not in live.
+func (pc *preconnects) keepOnly(live map[types.UID]bool) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	for uid := range pc.at {
+		if !live[uid] {
+			delete(pc.at, uid)
+		}
+	}
 }
 
 // preconnectable returns the assign port of p when this replica should
@@ -116,9 +111,10 @@ func preconnectable(p *corev1.Pod, mine func(uid string) bool) (int32, bool) {
 	return 0, false
 }
 
-// preconnect opens (or renews) the kept-alive connection to pool pod p
-// when it is due, in the background: the GET leaves its connection idle in
-// c.http for the assign. A pod that stops qualifying is forgotten.
+// preconnect opens the kept-alive connection to pool pod p, as an
+// informer event shows it, when it is due, in the background: the GET
+// leaves its connection idle in c.http for the assign. A pod that stops
+// qualifying is forgotten; with every slot busy the next renewal opens it.
 func (c *controller) preconnect(p *corev1.Pod, deleted bool) {
 	port, ok := preconnectable(p, c.owns)
 	if deleted || !ok {
@@ -126,15 +122,20 @@ func (c *controller) preconnect(p *corev1.Pod, deleted bool) {
 		return
 	}
 	ctx := c.ctx()
-	if ctx == nil || ctx.Err() != nil || !c.preconn.due(p, time.Now()) {
+	if ctx == nil || ctx.Err() != nil || !c.preconn.due(p.UID, time.Now()) {
 		return
 	}
 	select {
 	case c.preconn.slots <- struct{}{}:
+		c.openPreconnect(ctx, p, port)
 	default:
-		c.preconn.later(p.UID) // busy: the next renewal tries again
-		return
+		c.preconn.later(p.UID)
 	}
+}
+
+// openPreconnect sends the GET to p on c.wg, holding a slot the caller
+// took.
+func (c *controller) openPreconnect(ctx context.Context, p *corev1.Pod, port int32) {
 	c.wg.Go(func() {
 		defer func() { <-c.preconn.slots }()
 		actx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
@@ -149,9 +150,11 @@ func (c *controller) preconnect(p *corev1.Pod, deleted bool) {
 // preconnectTick is how often renewPreconnects looks for connections due.
 const preconnectTick = 5 * time.Second
 
-// renewPreconnects opens, every preconnectTick, the connections due: those
-// preconnectRenew old, so that none lapses while its pod stays warm, and
-// those that failed or found no free slot; it returns when ctx ends.
+// renewPreconnects, every preconnectTick, walks the cached pool pods and
+// opens the connections due: new ones (a ring change gives this replica
+// pods no event announces), those preconnectRenew old, so that none lapses
+// while its pod stays warm, and those that failed or found no free slot;
+// it waits for a slot rather than skip. It returns when ctx ends.
 func (c *controller) renewPreconnects(ctx context.Context) {
 	t := time.NewTicker(preconnectTick)
 	defer t.Stop()
@@ -160,10 +163,25 @@ func (c *controller) renewPreconnects(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			for _, p := range c.preconn.pods() {
-				c.preconnect(p, false)
+		}
+		live := map[types.UID]bool{}
+		for _, p := range c.cache.unclaimedPoolPods() {
+			port, ok := preconnectable(p, c.owns)
+			if !ok {
+				continue
+			}
+			live[p.UID] = true
+			if !c.preconn.due(p.UID, time.Now()) {
+				continue
+			}
+			select {
+			case c.preconn.slots <- struct{}{}:
+				c.openPreconnect(ctx, p, port)
+			case <-ctx.Done():
+				return
 			}
 		}
+		c.preconn.keepOnly(live)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 )
@@ -51,27 +52,28 @@ func TestPreconnectable(t *testing.T) {
 
 func TestPreconnectsDue(t *testing.T) {
 	pc := newPreconnects()
-	p := poolPod("a", "echo")
-	if !pc.due(p, t0) {
+	const uid = "uid-a"
+	if !pc.due(uid, t0) {
 		t.Fatal("a pod never connected to is not due")
 	}
-	if pc.due(p, t0.Add(preconnectRenew-time.Second)) {
+	if pc.due(uid, t0.Add(preconnectRenew-time.Second)) {
 		t.Error("due again before preconnectRenew")
 	}
-	newer := poolPod("a", "echo", resourceVersion("2"))
-	pc.due(newer, t0.Add(time.Second))
-	if got := pc.pods(); len(got) != 1 || got[0].ResourceVersion != "2" {
-		t.Errorf("pods = %v, want the pod as last seen", got)
-	}
-	if !pc.due(p, t0.Add(preconnectRenew)) {
+	if !pc.due(uid, t0.Add(preconnectRenew)) {
 		t.Error("not due after preconnectRenew")
 	}
-	pc.later(p.UID)
-	if !pc.due(p, t0.Add(preconnectRenew+time.Second)) {
+	pc.later(uid)
+	if !pc.due(uid, t0.Add(preconnectRenew+time.Second)) {
 		t.Error("a failed connection is not due at once")
 	}
-	pc.forget(p.UID)
-	if len(pc.pods()) != 0 {
+	pc.later("uid-never")
+	pc.keepOnly(map[types.UID]bool{"uid-b": true})
+	if len(pc.at) != 0 {
+		t.Errorf("keepOnly kept %v", pc.at)
+	}
+	pc.due(uid, t0)
+	pc.forget(uid)
+	if len(pc.at) != 0 {
 		t.Error("forget kept the pod")
 	}
 }
@@ -106,5 +108,52 @@ func TestAssignUsesPreconnectedConnection(t *testing.T) {
 	}
 	if from := func(s string) string { return s[strings.Index(s, " ")+1:] }; from(got[0]) != from(got[1]) {
 		t.Errorf("the assign came on a new connection (%s), not the one opened before (%s)", from(got[1]), from(got[0]))
+	}
+}
+
+// TestAssignRepeatedAfterKeptAliveConnectionFails: the instance takes
+// the assign on the pre-opened connection and closes it without an
+// answer. The claim sends the assign once more on a new connection, with
+// a token of its own, and the repeat for the function held is a 200: the
+// claim succeeds and the pod is kept.
+func TestAssignRepeatedAfterKeptAliveConnectionFails(t *testing.T) {
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.MinInstances = 0
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo", withPort(e.assignPort)))
+	e.mu.Lock()
+	e.dropAssigns = 1
+	e.mu.Unlock()
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	reqs := func() []string {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return append([]string(nil), e.requests...)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(reqs()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no pre-connection to the ready pool pod")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance after the kept-alive connection failed: %v", err)
+	}
+	if len(resp.GetInstances()) != 1 || resp.GetInstances()[0].GetPodUid() != "uid-p1" {
+		t.Errorf("instances = %v, want p1", resp.GetInstances())
+	}
+	got := reqs()
+	from := func(s string) string { return s[strings.Index(s, " ")+1:] }
+	if len(got) != 3 || from(got[1]) != from(got[0]) || from(got[2]) == from(got[1]) {
+		t.Fatalf("requests = %q, want the GET, the assign on its connection, the repeat on a new one", got)
+	}
+	as := e.assignRequests()
+	if len(as) != 2 || as[0].Token == as[1].Token || as[0].Claim != as[1].Claim {
+		t.Errorf("assigns = %d; want two with tokens of their own and one claim id", len(as))
+	}
+	if p := e.pod("p1"); p == nil || p.DeletionTimestamp != nil {
+		t.Error("the pool pod was deleted")
 	}
 }

@@ -74,6 +74,9 @@ type testEnv struct {
 	beforeRV   func(pod *corev1.Pod)
 	patchedOK  []string // pods the API server claimed
 	requests   []string // "<method> <client address>" of every request to the assign endpoint
+	// dropAssigns is how many assigns the instance takes (and holds)
+	// and then answers by closing the connection.
+	dropAssigns int
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -127,7 +130,17 @@ func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
 			e.holdClaims[uid] = req.Claim
 		}
 	}
+	drop := e.dropAssigns > 0
+	if drop {
+		e.dropAssigns--
+	}
 	e.mu.Unlock()
+	if drop {
+		if conn, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			_ = conn.Close()
+			return
+		}
+	}
 	switch {
 	case code != 0:
 		http.Error(w, "refused by test", code)

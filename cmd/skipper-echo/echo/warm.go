@@ -44,6 +44,7 @@ func (s *Server) Warm() error {
 	}
 	cfg := s.cfg
 	cfg.PodUID = "warm-up"
+	cfg.AssignKey = "" // its keys are set below: never the real file
 	t := NewServer(cfg, slog.New(slog.DiscardHandler))
 	t.keys, t.keyRaw, t.keyReadAt = keys, pem, time.Now()
 
