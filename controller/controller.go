@@ -143,7 +143,7 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		// the assign goes out on the one preconnect opened.
 		http: &http.Client{Transport: &http.Transport{
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1, IdleConnTimeout: assignIdleTimeout,
-			DisableCompression: true, ForceAttemptHTTP2: false,
+			DisableCompression: true,
 		}},
 		preconn: newPreconnects(),
 		fwd:     newForwarder(cfg.TokenFile),

@@ -271,16 +271,25 @@ func instancePort(fn *v1alpha1.Function, pool *appsv1.Deployment) (int32, error)
 	if fn.Spec.Port > 0 {
 		return fn.Spec.Port, nil
 	}
-	for _, c := range pool.Spec.Template.Spec.Containers {
+	if port := firstPort(&pool.Spec.Template.Spec); port > 0 {
+		return port, nil
+	}
+	return 0, fmt.Errorf("%w: function %s sets no port and pool Deployment %s/%s's first container declares none",
+		ErrNoPort, fn.Key(), pool.Namespace, pool.Name)
+}
+
+// firstPort is the first port the first container of spec declares (the
+// instance port of a Function that sets none), 0 for none.
+func firstPort(spec *corev1.PodSpec) int32 {
+	for _, c := range spec.Containers {
 		for _, p := range c.Ports {
 			if p.ContainerPort > 0 {
-				return p.ContainerPort, nil
+				return p.ContainerPort
 			}
 		}
 		break // only the first container's ports count
 	}
-	return 0, fmt.Errorf("%w: function %s sets no port and pool Deployment %s/%s's first container declares none",
-		ErrNoPort, fn.Key(), pool.Namespace, pool.Name)
+	return 0
 }
 
 // poolDeployment picks the pool's Deployment among those labelled with it:

@@ -88,8 +88,9 @@ func (pc *preconnects) keepOnly(live map[types.UID]bool) {
 
 // preconnectable returns the assign port of p when this replica should
 // hold a connection to it: a ready, unclaimed, live pool pod with an IP
-// that the ring gives this replica. The port is the first container's
-// first (a Function's own port, when it sets one, gets no pre-connection).
+// that the ring gives this replica. The port is instancePort's default,
+// the first container's first (a Function's own port, when it sets one,
+// gets no pre-connection).
 func preconnectable(p *corev1.Pod, mine func(uid string) bool) (int32, bool) {
 	if p.Labels[v1alpha1.LabelPool] == "" || p.DeletionTimestamp != nil || p.Status.PodIP == "" || !podReady(p) {
 		return 0, false
@@ -100,15 +101,8 @@ func preconnectable(p *corev1.Pod, mine func(uid string) bool) (int32, bool) {
 	if mine != nil && !mine(string(p.UID)) {
 		return 0, false
 	}
-	for _, c := range p.Spec.Containers {
-		for _, port := range c.Ports {
-			if port.ContainerPort > 0 {
-				return port.ContainerPort, true
-			}
-		}
-		break
-	}
-	return 0, false
+	port := firstPort(&p.Spec)
+	return port, port > 0
 }
 
 // preconnect opens the kept-alive connection to pool pod p, as an

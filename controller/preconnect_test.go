@@ -78,27 +78,40 @@ func TestPreconnectsDue(t *testing.T) {
 	}
 }
 
-// TestAssignUsesPreconnectedConnection: a replica opens a connection to a
-// ready pool pod the ring gives it before any claim, and the claim's
-// assign is written on it: the instance accepts no second connection.
-func TestAssignUsesPreconnectedConnection(t *testing.T) {
-	e := newTestEnv(t)
+// preconnectedReplica starts a replica over e with Function hello and one
+// Ready pool pod p1 whose container declares the test instance's port, and
+// returns once the replica has pre-connected to p1; requests lists the
+// instance's requests so far.
+func preconnectedReplica(t *testing.T, e *testEnv) (r *replica, requests func() []string) {
+	t.Helper()
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances = 0
 	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo", withPort(e.assignPort)))
-	r := startReplica(t, e, "ctl-0", nil, nil)
-	reqs := func() []string {
+	r = startReplica(t, e, "ctl-0", nil, nil)
+	requests = func() []string {
 		e.mu.Lock()
 		defer e.mu.Unlock()
 		return append([]string(nil), e.requests...)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for len(reqs()) == 0 {
+	for len(requests()) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no pre-connection to the ready pool pod")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	return r, requests
+}
+
+// from is the client address of a request as testEnv.requests lists it.
+func from(req string) string { return req[strings.Index(req, " ")+1:] }
+
+// TestAssignUsesPreconnectedConnection: a replica opens a connection to a
+// ready pool pod the ring gives it before any claim, and the claim's
+// assign is written on it: the instance accepts no second connection.
+func TestAssignUsesPreconnectedConnection(t *testing.T) {
+	e := newTestEnv(t)
+	r, reqs := preconnectedReplica(t, e)
 	if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +119,7 @@ func TestAssignUsesPreconnectedConnection(t *testing.T) {
 	if len(got) != 2 || !strings.HasPrefix(got[0], "GET ") || !strings.HasPrefix(got[1], "POST ") {
 		t.Fatalf("requests to the instance = %q, want the pre-connection's GET, then the assign", got)
 	}
-	if from := func(s string) string { return s[strings.Index(s, " ")+1:] }; from(got[0]) != from(got[1]) {
+	if from(got[0]) != from(got[1]) {
 		t.Errorf("the assign came on a new connection (%s), not the one opened before (%s)", from(got[1]), from(got[0]))
 	}
 }
@@ -118,25 +131,10 @@ func TestAssignUsesPreconnectedConnection(t *testing.T) {
 // claim succeeds and the pod is kept.
 func TestAssignRepeatedAfterKeptAliveConnectionFails(t *testing.T) {
 	e := newTestEnv(t)
-	fn := e.fnFor("hello", "echo")
-	fn.Spec.MinInstances = 0
-	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo", withPort(e.assignPort)))
 	e.mu.Lock()
 	e.dropAssigns = 1
 	e.mu.Unlock()
-	r := startReplica(t, e, "ctl-0", nil, nil)
-	reqs := func() []string {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return append([]string(nil), e.requests...)
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(reqs()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no pre-connection to the ready pool pod")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	r, reqs := preconnectedReplica(t, e)
 	resp, err := getInstance(t.Context(), r, "hello", nil)
 	if err != nil {
 		t.Fatalf("GetInstance after the kept-alive connection failed: %v", err)
@@ -145,7 +143,6 @@ func TestAssignRepeatedAfterKeptAliveConnectionFails(t *testing.T) {
 		t.Errorf("instances = %v, want p1", resp.GetInstances())
 	}
 	got := reqs()
-	from := func(s string) string { return s[strings.Index(s, " ")+1:] }
 	if len(got) != 3 || from(got[1]) != from(got[0]) || from(got[2]) == from(got[1]) {
 		t.Fatalf("requests = %q, want the GET, the assign on its connection, the repeat on a new one", got)
 	}
