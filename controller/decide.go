@@ -20,20 +20,6 @@ import (
 // inputs: no API calls, no clock, no goroutines. The loops elsewhere feed
 // them informer state and carry out what they return.
 
-// podReady reports whether a pod can serve: Running, Ready, not terminating,
-// with an IP.
-func podReady(p *corev1.Pod) bool {
-	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
-		return false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
-}
-
 // readySince is when the pod last became Ready (zero if unknown).
 func readySince(p *corev1.Pod) time.Time {
 	for _, c := range p.Status.Conditions {
@@ -215,7 +201,7 @@ func instanceSet(fn *v1alpha1.Function, port int32, pods, assumed []*corev1.Pod,
 		}
 		seen[string(p.UID)] = true
 		if p.Namespace != fn.Namespace || p.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(p, fn) ||
-			!podReady(p) || restartedSinceClaim(p) || slices.Contains(unusable, string(p.UID)) {
+			!v1alpha1.PodReady(p) || restartedSinceClaim(p) || slices.Contains(unusable, string(p.UID)) {
 			return
 		}
 		out = append(out, instance{
@@ -271,25 +257,11 @@ func instancePort(fn *v1alpha1.Function, pool *appsv1.Deployment) (int32, error)
 	if fn.Spec.Port > 0 {
 		return fn.Spec.Port, nil
 	}
-	if port := firstPort(&pool.Spec.Template.Spec); port > 0 {
+	if port := v1alpha1.FirstPort(&pool.Spec.Template.Spec); port > 0 {
 		return port, nil
 	}
 	return 0, fmt.Errorf("%w: function %s sets no port and pool Deployment %s/%s's first container declares none",
 		ErrNoPort, fn.Key(), pool.Namespace, pool.Name)
-}
-
-// firstPort is the first port the first container of spec declares (the
-// instance port of a Function that sets none), 0 for none.
-func firstPort(spec *corev1.PodSpec) int32 {
-	for _, c := range spec.Containers {
-		for _, p := range c.Ports {
-			if p.ContainerPort > 0 {
-				return p.ContainerPort
-			}
-		}
-		break // only the first container's ports count
-	}
-	return 0
 }
 
 // poolDeployment picks the pool's Deployment among those labelled with it:

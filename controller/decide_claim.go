@@ -34,7 +34,7 @@ func claimCandidates(pool string, pods []*corev1.Pod, preferNode string, exclude
 		if _, claimed := p.Labels[v1alpha1.LabelFunction]; claimed {
 			continue
 		}
-		if !podReady(p) || exclude[string(p.UID)] {
+		if !v1alpha1.PodReady(p) || exclude[string(p.UID)] {
 			continue
 		}
 		out = append(out, p)

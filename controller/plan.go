@@ -144,7 +144,7 @@ func decidePlan(in planInput, pol planPolicy, buf *planBuffers) plan {
 		}
 		// A pod still marked assign-pending serves nothing yet: another
 		// claim is assigning it.
-		inst := scaling.Instance{Ready: podReady(pod) && !assignPending(pod), ReadyChanged: readySince(pod)}
+		inst := scaling.Instance{Ready: v1alpha1.PodReady(pod) && !assignPending(pod), ReadyChanged: readySince(pod)}
 		if pod.Status.StartTime != nil {
 			inst.Started = pod.Status.StartTime.Time
 		}

@@ -224,7 +224,7 @@ func (s *poolStats) observe(p *corev1.Pod, now time.Time, live bool) {
 		delete(r.born, p.UID)
 		return
 	}
-	if live && !podReady(p) {
+	if live && !v1alpha1.PodReady(p) {
 		ct := p.CreationTimestamp.Time // a pod made long ago, first seen now (after a restart), is not a start to time
 		if _, ok := r.born[p.UID]; !ok && (ct.IsZero() || ct.After(now.Add(-maxOrderAge))) {
 			r.born[p.UID] = now
@@ -232,7 +232,7 @@ func (s *poolStats) observe(p *corev1.Pod, now time.Time, live bool) {
 		return
 	}
 	born, ok := r.born[p.UID]
-	if !ok || !podReady(p) {
+	if !ok || !v1alpha1.PodReady(p) {
 		return
 	}
 	delete(r.born, p.UID)

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -15,12 +16,15 @@ import (
 // a new TCP connection to the instance, and on the 2-core VM the dial and
 // the connection's goroutines were about a seventh of the controllers' CPU
 // on the cold path (perf, in docs/benchmarks.md). Each replica keeps one
-// idle kept-alive connection to every ready pool pod the ring gives it (the
-// pods it assigns first), opened by the read-only GET of the assign
-// endpoint when the pod turns ready (or when the replica's walk of the
-// cache every preconnectTick finds it, after a ring change) and renewed
-// before the instance's idle timeout could close it, so the assign is
-// written on a connection already open.
+// idle kept-alive connection to every ready pool pod (at most
+// preconnectMax, the ones the ring gives it first), opened by the
+// read-only GET of the assign endpoint when the pod turns ready (or when
+// the replica's walk of the cache every preconnectTick finds it) and
+// renewed before the instance's idle timeout could close it, so the assign
+// is written on a connection already open. Not only the ring's own pods: a
+// replica with none of its own ready takes another's (claimCandidates),
+// and with a pool of 3 and 3 replicas that was about a third of the
+// claims, each of which dialled.
 
 // preconnectRenew is how long a pre-opened connection goes before it is
 // used again (the GET once more): under the idle timeouts of the echo
@@ -33,6 +37,10 @@ const assignIdleTimeout = 90 * time.Second
 
 // preconnectParallel bounds the pre-connections opened at once.
 const preconnectParallel = 4
+
+// preconnectMax bounds the pool pods one replica holds a connection to
+// (under c.http's MaxIdleConns, so none is evicted for another).
+const preconnectMax = 512
 
 // preconnects remembers when this replica last connected to each pool
 // pod (by UID); its own lock, taken alone. The pods themselves are always
@@ -48,11 +56,12 @@ func newPreconnects() *preconnects {
 }
 
 // due reports whether uid's connection should be (re)opened at now; if so
-// it is marked as opened at now.
-func (pc *preconnects) due(uid types.UID, now time.Time) bool {
+// it is marked as opened at now. A new uid is refused while max are held.
+func (pc *preconnects) due(uid types.UID, now time.Time, max int) bool {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
-	if at, ok := pc.at[uid]; ok && now.Sub(at) < preconnectRenew {
+	at, ok := pc.at[uid]
+	if ok && now.Sub(at) < preconnectRenew || !ok && len(pc.at) >= max {
 		return false
 	}
 	pc.at[uid] = now
@@ -68,7 +77,7 @@ func (pc *preconnects) later(uid types.UID) {
 	}
 }
 
-// forget drops uid (its pod is gone, claimed or no longer this replica's).
+// forget drops uid (its pod is gone, claimed or not ready).
 func (pc *preconnects) forget(uid types.UID) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -86,37 +95,23 @@ func (pc *preconnects) keepOnly(live map[types.UID]bool) {
 	}
 }
 
-// preconnectable returns the assign port of p when this replica should
-// hold a connection to it: a ready, unclaimed, live pool pod with an IP
-// that the ring gives this replica. The port is instancePort's default,
-// the first container's first (a Function's own port, when it sets one,
-// gets no pre-connection).
-func preconnectable(p *corev1.Pod, mine func(uid string) bool) (int32, bool) {
-	if p.Labels[v1alpha1.LabelPool] == "" || p.DeletionTimestamp != nil || p.Status.PodIP == "" || !podReady(p) {
-		return 0, false
-	}
-	if _, claimed := p.Labels[v1alpha1.LabelFunction]; claimed {
-		return 0, false
-	}
-	if mine != nil && !mine(string(p.UID)) {
-		return 0, false
-	}
-	port := firstPort(&p.Spec)
-	return port, port > 0
-}
+// preconnectable returns the assign port of p when a replica should hold
+// a connection to it: a warm pool pod (v1alpha1.WarmPoolPodPort; a
+// Function's own port, when it sets one, gets no pre-connection).
+func preconnectable(p *corev1.Pod) (int32, bool) { return v1alpha1.WarmPoolPodPort(p) }
 
 // preconnect opens the kept-alive connection to pool pod p, as an
 // informer event shows it, when it is due, in the background: the GET
 // leaves its connection idle in c.http for the assign. A pod that stops
 // qualifying is forgotten; with every slot busy the next renewal opens it.
 func (c *controller) preconnect(p *corev1.Pod, deleted bool) {
-	port, ok := preconnectable(p, c.owns)
+	port, ok := preconnectable(p)
 	if deleted || !ok {
 		c.preconn.forget(p.UID)
 		return
 	}
 	ctx := c.ctx()
-	if ctx == nil || ctx.Err() != nil || !c.preconn.due(p.UID, time.Now()) {
+	if ctx == nil || ctx.Err() != nil || !c.preconn.due(p.UID, time.Now(), preconnectMax) {
 		return
 	}
 	select {
@@ -144,9 +139,10 @@ func (c *controller) openPreconnect(ctx context.Context, p *corev1.Pod, port int
 // preconnectTick is how often renewPreconnects looks for connections due.
 const preconnectTick = 5 * time.Second
 
-// renewPreconnects, every preconnectTick, walks the cached pool pods and
-// opens the connections due: new ones (a ring change gives this replica
-// pods no event announces), those preconnectRenew old, so that none lapses
+// renewPreconnects, every preconnectTick, walks the cached pool pods (the
+// ring's own first, so that they are the ones held when preconnectMax
+// bounds the rest) and opens the connections due: new ones (pods no event
+// announced, or refused for the bound), those preconnectRenew old, so that none lapses
 // while its pod stays warm, and those that failed or found no free slot;
 // it waits for a slot rather than skip. It returns when ctx ends.
 func (c *controller) renewPreconnects(ctx context.Context) {
@@ -159,13 +155,13 @@ func (c *controller) renewPreconnects(ctx context.Context) {
 		case <-t.C:
 		}
 		live := map[types.UID]bool{}
-		for _, p := range c.cache.unclaimedPoolPods() {
-			port, ok := preconnectable(p, c.owns)
+		for _, p := range mineFirst(c.cache.unclaimedPoolPods(), c.owns) {
+			port, ok := preconnectable(p)
 			if !ok {
 				continue
 			}
 			live[p.UID] = true
-			if !c.preconn.due(p.UID, time.Now()) {
+			if !c.preconn.due(p.UID, time.Now(), preconnectMax) {
 				continue
 			}
 			select {
@@ -177,6 +173,22 @@ func (c *controller) renewPreconnects(ctx context.Context) {
 		}
 		c.preconn.keepOnly(live)
 	}
+}
+
+// mineFirst orders pods with those mine gives this replica first, keeping
+// the order within each part.
+func mineFirst(pods []*corev1.Pod, mine func(uid string) bool) []*corev1.Pod {
+	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
+		am, bm := mine(string(a.UID)), mine(string(b.UID))
+		switch {
+		case am == bm:
+			return 0
+		case am:
+			return -1
+		}
+		return 1
+	})
+	return pods
 }
 
 // ctx is the controller's run context, nil before start.

@@ -18,31 +18,27 @@ func withPort(port int32) podOpt {
 }
 
 func TestPreconnectable(t *testing.T) {
-	mine := func(uid string) bool { return uid != "uid-theirs" }
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
-		mine func(string) bool
 		want int32
 	}{
-		{"ready pool pod", poolPod("a", "echo", withPort(8080)), mine, 8080},
-		{"no ring preference", poolPod("a", "echo", withPort(8080)), nil, 8080},
+		{"ready pool pod", poolPod("a", "echo", withPort(8080)), 8080},
 		{"the first container's first port", poolPod("a", "echo", func(p *corev1.Pod) {
 			p.Spec.Containers = []corev1.Container{
 				{Name: "main", Ports: []corev1.ContainerPort{{ContainerPort: 0}, {ContainerPort: 9000}}},
 				{Name: "side", Ports: []corev1.ContainerPort{{ContainerPort: 7000}}},
 			}
-		}), mine, 9000},
-		{"another replica's", poolPod("theirs", "echo", withPort(8080)), mine, 0},
-		{"claimed", poolPod("a", "echo", withPort(8080), labelled(v1alpha1.LabelFunction, "hello")), mine, 0},
-		{"not ready", poolPod("a", "echo", withPort(8080), notReady), mine, 0},
-		{"terminating", poolPod("a", "echo", withPort(8080), terminating), mine, 0},
-		{"no IP", poolPod("a", "echo", withPort(8080), ip("")), mine, 0},
-		{"no port", poolPod("a", "echo"), mine, 0},
-		{"not a pool's", testPod("a", withPort(8080), func(p *corev1.Pod) { delete(p.Labels, v1alpha1.LabelPool) }), mine, 0},
+		}), 9000},
+		{"claimed", poolPod("a", "echo", withPort(8080), labelled(v1alpha1.LabelFunction, "hello")), 0},
+		{"not ready", poolPod("a", "echo", withPort(8080), notReady), 0},
+		{"terminating", poolPod("a", "echo", withPort(8080), terminating), 0},
+		{"no IP", poolPod("a", "echo", withPort(8080), ip("")), 0},
+		{"no port", poolPod("a", "echo"), 0},
+		{"not a pool's", testPod("a", withPort(8080), func(p *corev1.Pod) { delete(p.Labels, v1alpha1.LabelPool) }), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := preconnectable(tc.pod, tc.mine)
+			got, ok := preconnectable(tc.pod)
 			if got != tc.want || ok != (tc.want != 0) {
 				t.Errorf("preconnectable = %d, %v; want %d", got, ok, tc.want)
 			}
@@ -53,17 +49,17 @@ func TestPreconnectable(t *testing.T) {
 func TestPreconnectsDue(t *testing.T) {
 	pc := newPreconnects()
 	const uid = "uid-a"
-	if !pc.due(uid, t0) {
+	if !pc.due(uid, t0, 2) {
 		t.Fatal("a pod never connected to is not due")
 	}
-	if pc.due(uid, t0.Add(preconnectRenew-time.Second)) {
+	if pc.due(uid, t0.Add(preconnectRenew-time.Second), 2) {
 		t.Error("due again before preconnectRenew")
 	}
-	if !pc.due(uid, t0.Add(preconnectRenew)) {
+	if !pc.due(uid, t0.Add(preconnectRenew), 2) {
 		t.Error("not due after preconnectRenew")
 	}
 	pc.later(uid)
-	if !pc.due(uid, t0.Add(preconnectRenew+time.Second)) {
+	if !pc.due(uid, t0.Add(preconnectRenew+time.Second), 2) {
 		t.Error("a failed connection is not due at once")
 	}
 	pc.later("uid-never")
@@ -71,10 +67,35 @@ func TestPreconnectsDue(t *testing.T) {
 	if len(pc.at) != 0 {
 		t.Errorf("keepOnly kept %v", pc.at)
 	}
-	pc.due(uid, t0)
+	pc.due(uid, t0, 2)
 	pc.forget(uid)
 	if len(pc.at) != 0 {
 		t.Error("forget kept the pod")
+	}
+	// The bound refuses new pods, never the renewal of one held.
+	pc.due("uid-1", t0, 2)
+	pc.due("uid-2", t0, 2)
+	if pc.due("uid-3", t0, 2) {
+		t.Error("a third pod is due with two held and a bound of 2")
+	}
+	if !pc.due("uid-1", t0.Add(preconnectRenew), 2) {
+		t.Error("a held pod is not renewed at the bound")
+	}
+	pc.forget("uid-2")
+	if !pc.due("uid-3", t0, 2) {
+		t.Error("a pod is refused below the bound")
+	}
+}
+
+func TestMineFirst(t *testing.T) {
+	pods := []*corev1.Pod{poolPod("a", "echo"), poolPod("b", "echo"), poolPod("c", "echo"), poolPod("d", "echo")}
+	mine := func(uid string) bool { return uid == "uid-b" || uid == "uid-d" }
+	var got []string
+	for _, p := range mineFirst(pods, mine) {
+		got = append(got, p.Name)
+	}
+	if strings.Join(got, ",") != "b,d,a,c" {
+		t.Errorf("mineFirst = %v, want b,d,a,c", got)
 	}
 }
 

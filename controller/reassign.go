@@ -71,7 +71,7 @@ func staleCallers(fn *v1alpha1.Function, pods []*corev1.Pod) []*corev1.Pod {
 			break
 		}
 		if p.Labels[v1alpha1.LabelFunction] == fn.Name && ownedBy(p, fn) && p.DeletionTimestamp == nil &&
-			podReady(p) && p.Annotations[annCallers] != want {
+			v1alpha1.PodReady(p) && p.Annotations[annCallers] != want {
 			out = append(out, p)
 		}
 	}

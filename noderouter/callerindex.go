@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/noderouter/callers"
 )
 
@@ -44,30 +45,56 @@ func callerOf(p *corev1.Pod) (callers.Identity, []netip.Addr) {
 	return id, ips
 }
 
-// slimPod keeps of a pod what callerOf reads, so that a router's cache of
-// every pod in the cluster stays small (an informer transform).
+// slimPod keeps of a pod what callerOf and preconnectAddr read, so that a
+// router's cache of every pod in the cluster stays small (an informer
+// transform).
 func slimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a tombstone: the informer's own
 	}
-	return &corev1.Pod{
+	s := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
 			ResourceVersion: p.ResourceVersion, DeletionTimestamp: p.DeletionTimestamp},
 		Spec:   corev1.PodSpec{ServiceAccountName: p.Spec.ServiceAccountName, HostNetwork: p.Spec.HostNetwork},
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
-	}, nil
+	}
+	if pool := p.Labels[v1alpha1.LabelPool]; pool != "" {
+		// A pool pod's, for preconnectAddr: the two labels, readiness, the
+		// container ports.
+		s.Labels = map[string]string{v1alpha1.LabelPool: pool}
+		if fn, ok := p.Labels[v1alpha1.LabelFunction]; ok {
+			s.Labels[v1alpha1.LabelFunction] = fn
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodReady {
+				s.Status.Conditions = []corev1.PodCondition{{Type: c.Type, Status: c.Status}}
+			}
+		}
+		for _, c := range p.Spec.Containers {
+			s.Spec.Containers = append(s.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+		}
+	}
+	return s, nil
 }
 
-// watchCallers keeps idx in step with the cluster's pods until ctx ends;
-// synced is called once the first list is in.
-func watchCallers(ctx context.Context, cs kubernetes.Interface, idx *callers.Index, log *slog.Logger, synced func()) error {
+// watchPods runs the router's watch of the cluster's pods until ctx ends,
+// keeping idx (when not nil) in step and telling pre (when not nil) of
+// every pod; synced is called once the first list is in.
+func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index, pre *preconnector, log *slog.Logger, synced func()) error {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimPod))
 	inf := f.Core().V1().Pods().Informer()
 	set := func(obj any) {
-		if p, ok := obj.(*corev1.Pod); ok {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			return
+		}
+		if idx != nil {
 			id, ips := callerOf(p)
 			idx.Set(string(p.UID), id, ips)
+		}
+		if pre != nil {
+			pre.observe(p, false)
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -77,8 +104,15 @@ func watchCallers(ctx context.Context, cs kubernetes.Interface, idx *callers.Ind
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
 			}
-			if p, ok := obj.(*corev1.Pod); ok {
+			p, ok := obj.(*corev1.Pod)
+			if !ok {
+				return
+			}
+			if idx != nil {
 				idx.Delete(string(p.UID))
+			}
+			if pre != nil {
+				pre.observe(p, true)
 			}
 		},
 	}); err != nil {
@@ -92,7 +126,9 @@ func watchCallers(ctx context.Context, cs kubernetes.Interface, idx *callers.Ind
 		}
 		return errors.New("pod informer never synced")
 	}
-	log.Info("caller index synced", "ips", idx.Len())
+	if idx != nil {
+		log.Info("caller index synced", "ips", idx.Len())
+	}
 	synced()
 	<-ctx.Done()
 	return nil

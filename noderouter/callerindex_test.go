@@ -59,7 +59,7 @@ func TestWatchCallers(t *testing.T) {
 	synced := make(chan struct{})
 	done := make(chan error, 1)
 	ctx, cancel := context.WithCancel(t.Context())
-	go func() { done <- watchCallers(ctx, cs, &idx, slog.New(slog.DiscardHandler), func() { close(synced) }) }()
+	go func() { done <- watchPods(ctx, cs, &idx, nil, slog.New(slog.DiscardHandler), func() { close(synced) }) }()
 	<-synced
 	if id, ok := idx.Lookup(netip.MustParseAddr("10.1.0.5")); !ok || id.ServiceAccount != "web" {
 		t.Fatalf("after the first list: %+v %v", id, ok)
@@ -75,6 +75,6 @@ func TestWatchCallers(t *testing.T) {
 	}
 	cancel()
 	if err := <-done; err != nil {
-		t.Errorf("watchCallers: %v", err)
+		t.Errorf("watchPods: %v", err)
 	}
 }

@@ -105,6 +105,10 @@ type Config struct {
 	MaxIdleConnsPerHost int
 	// IdleConnTimeout closes idle instance connections.
 	IdleConnTimeout time.Duration
+	// PreconnectPoolPods bounds the ready pool pods a DaemonSet router
+	// keeps a connection open to ahead of their claim (preconnect.go);
+	// 0: none. It needs the pod watch (a Kubernetes client).
+	PreconnectPoolPods int
 
 	// MaxAttempts is how many times a request is sent at most (the first
 	// included) when sending it failed before any response: a dial failure,
@@ -220,6 +224,7 @@ func DefaultConfig() Config {
 		DialTimeout:         2 * time.Second,
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
+		PreconnectPoolPods:  64,
 		MaxAttempts:         3,
 		MaxQueue:            100,
 		RetryBackoffBase:    10 * time.Millisecond,
@@ -327,6 +332,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		errs = append(errs, fmt.Errorf("--max-in-flight %d must not be negative (0: no limit)", c.MaxInFlight))
+	}
+	if c.PreconnectPoolPods < 0 {
+		errs = append(errs, fmt.Errorf("--preconnect-pool-pods %d must not be negative", c.PreconnectPoolPods))
 	}
 	if c.MaxIdleConnsPerHost < 1 {
 		errs = append(errs, fmt.Errorf("--max-idle-conns-per-host %d must be at least 1", c.MaxIdleConnsPerHost))

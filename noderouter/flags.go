@@ -78,6 +78,8 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	dur(&c.DialTimeout, "dial-timeout", "bound of a TCP connect to an instance")
 	fs.IntVar(&c.MaxIdleConnsPerHost, "max-idle-conns-per-host", c.MaxIdleConnsPerHost, "keep-alive connections kept per instance")
 	envs("max-idle-conns-per-host")
+	fs.IntVar(&c.PreconnectPoolPods, "preconnect-pool-pods", c.PreconnectPoolPods, "a DaemonSet router keeps one idle connection open to each ready, unclaimed pool pod, up to this many, so that a function's first call finds its instance connected (opened and renewed with the instance's GET of its assignment; needs the pod watch, so a Kubernetes client; the h1 and loop forwarders); 0: none")
+	envs("preconnect-pool-pods")
 	dur(&c.IdleConnTimeout, "idle-conn-timeout", "idle instance connections are closed after this")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "sends of a request at most, the first included, when it failed before any response (dial failure; broken connection of an idempotent request with no body sent)")
 	envs("max-attempts")

@@ -48,8 +48,11 @@ type metrics struct {
 	reconnects       prometheus.Counter
 	retries          prometheus.Counter
 	evictions        prometheus.Counter
-	queued           prometheus.Gauge
-	releases         *prometheus.CounterVec
+	// preconnects counts the pre-connections to pool pods opened or
+	// renewed, by result (ok, failed).
+	preconnects *prometheus.CounterVec
+	queued      prometheus.Gauge
+	releases    *prometheus.CounterVec
 	// rejected counts requests turned away by a limit, by reason.
 	rejected *prometheus.CounterVec
 	bpfMode  *prometheus.GaugeVec
@@ -201,6 +204,12 @@ func newMetrics(node string) *metrics {
 	}, []string{"result"})
 	m.releases.WithLabelValues(resultOK)
 	m.releases.WithLabelValues(resultError)
+	m.preconnects = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Subsystem: sub, Name: "preconnects_total",
+		Help: "Kept-alive connections to ready pool pods opened or renewed ahead of a claim (--preconnect-pool-pods), by result (ok, failed).",
+	}, []string{"result"})
+	m.preconnects.WithLabelValues("ok")
+	m.preconnects.WithLabelValues("failed")
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "rejected_total",
 		Help: "Requests turned away by a limit, by reason: router_overloaded (--max-in-flight), body_too_large (--max-body-bytes), queue_full (every instance at its concurrencyLimit and --max-queue waiting), caller_unknown and caller_denied (a function with spec.callers, called by a pod the router cannot identify or one not listed).",
@@ -241,7 +250,7 @@ func newMetrics(node string) *metrics {
 	r.MustRegister(m.loopServed, handovers)
 	r.MustRegister(m.requests, m.getInstance, m.getInstanceSecs, lookups, m.overhead, m.upstream, m.functionSeconds,
 		m.heartbeats, m.heartbeatEntries, m.heartbeatSend, m.reconnects, m.retries, m.evictions,
-		m.queued, m.releases, m.rejected, m.bpfMode, newBPFCollector(&m.steering))
+		m.queued, m.releases, m.preconnects, m.rejected, m.bpfMode, newBPFCollector(&m.steering))
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -116,6 +116,8 @@ type router struct {
 	// readiness waits for it.
 	callerIndex   *callers.Index
 	callersSynced atomic.Bool
+	// pre keeps connections to warm pool pods (nil: none, see newRouter).
+	pre *preconnector
 
 	// Set before run, all optional.
 	// local is a second data-plane listener, on the node-local address.
@@ -157,6 +159,11 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 		rt.callersSynced.Store(false)
 		rt.proxy.identify = rt.callerIndex.Lookup
 	}
+	// Pre-connections ride on the pod watch (a DaemonSet's, with a
+	// Kubernetes client) and fill the pool the h1 forwarder dials from.
+	if cfg.PreconnectPoolPods > 0 && cfg.Mode != ModeSidecar && len(cfg.ControllerAddresses) == 0 && cfg.Forwarder != forwarderNethttp {
+		rt.pre = newPreconnector(rt.proxy.pool, cfg.PreconnectPoolPods, preconnectRenewal(cfg.IdleConnTimeout), m, log)
+	}
 	return rt
 }
 
@@ -190,10 +197,13 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 		})
 	}
 
-	if rt.callerIndex != nil && cs != nil {
+	if rt.pre != nil {
+		wg.Go(func() { rt.pre.run(bg) })
+	}
+	if (rt.callerIndex != nil || rt.pre != nil) && cs != nil {
 		wg.Go(func() {
-			if err := watchCallers(bg, cs, rt.callerIndex, rt.log, func() { rt.callersSynced.Store(true) }); err != nil {
-				errc <- fmt.Errorf("watch pods (--caller-index): %w", err)
+			if err := watchPods(bg, cs, rt.callerIndex, rt.pre, rt.log, func() { rt.callersSynced.Store(true) }); err != nil {
+				errc <- fmt.Errorf("watch pods (--caller-index, --preconnect-pool-pods): %w", err)
 			}
 		})
 	} else {

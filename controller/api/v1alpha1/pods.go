@@ -1,0 +1,47 @@
+package v1alpha1
+
+import corev1 "k8s.io/api/core/v1"
+
+// PodReady reports whether a pod can serve: Running, Ready, not
+// terminating, with an IP.
+func PodReady(p *corev1.Pod) bool {
+	if p.DeletionTimestamp != nil || p.Status.PodIP == "" || p.Status.Phase != corev1.PodRunning {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// FirstPort is the first port the first container of spec declares (the
+// instance port of a Function that sets none), 0 for none.
+func FirstPort(spec *corev1.PodSpec) int32 {
+	for _, c := range spec.Containers {
+		for _, p := range c.Ports {
+			if p.ContainerPort > 0 {
+				return p.ContainerPort
+			}
+		}
+		break // only the first container's ports count
+	}
+	return 0
+}
+
+// WarmPoolPodPort returns the port p's instance listens on by default
+// (FirstPort: a Function's own port, when it sets one, may differ) when p
+// is a warm pool pod, one a claim may take: labelled with a pool and not
+// with a function, and PodReady. What controllers and routers keep a
+// connection open to ahead of a claim.
+func WarmPoolPodPort(p *corev1.Pod) (int32, bool) {
+	if p.Labels[LabelPool] == "" || !PodReady(p) {
+		return 0, false
+	}
+	if _, claimed := p.Labels[LabelFunction]; claimed {
+		return 0, false
+	}
+	port := FirstPort(&p.Spec)
+	return port, port > 0
+}
