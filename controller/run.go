@@ -143,6 +143,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	}
 	az := newAuthz(cfg, cl.core)
 	if az != nil {
+		defer az.auth.Close() // after the gRPC server stopped: no call starts a refresh then
 		kctx, stopKeys := context.WithCancel(ctx)
 		var keysWG sync.WaitGroup
 		keysWG.Go(func() { az.runKeys(kctx, cl.core.Discovery().RESTClient(), log) })

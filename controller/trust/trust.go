@@ -56,6 +56,11 @@ const (
 	// within it); past it and until the token expires, the review is
 	// honoured only while the API server cannot be asked.
 	freshTTL = 2 * time.Minute
+	// refreshAfter is how old a review gets before a call that finds it
+	// has it reviewed again in the background (refresh): a caller that
+	// keeps calling never waits for a review after its first, and a
+	// deleted pod's token still stops working within freshTTL.
+	refreshAfter = freshTTL / 2
 	// downFor is how long, after the API server failed a review, reviews
 	// are not tried: calls meanwhile are answered from the cache or the
 	// keys at once, not each after a review's timeout.
@@ -112,16 +117,20 @@ type Authenticator struct {
 	now        func() time.Time
 	maxEntries int
 
-	mu      sync.Mutex
-	cache   map[[sha256.Size]byte]entry   // reviews that passed
-	refused map[[sha256.Size]byte]refusal // tokens refused, kept apart so a flood of them evicts no review
-	down    time.Time                     // reviews are not tried before this
+	mu         sync.Mutex
+	cache      map[[sha256.Size]byte]entry   // reviews that passed
+	refused    map[[sha256.Size]byte]refusal // tokens refused, kept apart so a flood of them evicts no review
+	down       time.Time                     // reviews are not tried before this
+	refreshing map[[sha256.Size]byte]bool    // reviews again in the background (refresh)
+	closed     bool                          // Close was called: no refresh starts
+	wg         sync.WaitGroup                // the refreshes
 }
 
 type entry struct {
-	id    Identity
-	fresh time.Time // taken without a review until this
-	until time.Time // honoured while the API server is away until this (the token's expiry)
+	id      Identity
+	refresh time.Time // reviewed again in the background from this on
+	fresh   time.Time // taken without a review until this
+	until   time.Time // honoured while the API server is away until this (the token's expiry)
 }
 
 // refusal is a refused token: asked again after retry (when the API
@@ -139,7 +148,17 @@ func NewAuthenticator(r Reviewer, maxEntries int) *Authenticator {
 		maxEntries = DefaultMaxEntries
 	}
 	return &Authenticator{r: r, now: time.Now, maxEntries: maxEntries,
-		cache: map[[sha256.Size]byte]entry{}, refused: map[[sha256.Size]byte]refusal{}}
+		cache: map[[sha256.Size]byte]entry{}, refused: map[[sha256.Size]byte]refusal{},
+		refreshing: map[[sha256.Size]byte]bool{}}
+}
+
+// Close stops starting background reviews and waits for those running
+// (each bounded by the reviewer's timeout).
+func (a *Authenticator) Close() {
+	a.mu.Lock()
+	a.closed = true
+	a.mu.Unlock()
+	a.wg.Wait()
 }
 
 // VerifyLocally makes a verify, with k's keys, the tokens the API server
@@ -169,6 +188,9 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 	a.mu.Unlock()
 	switch {
 	case reviewedOK && now.Before(e.fresh):
+		if !now.Before(e.refresh) && !down {
+			a.refresh(key, token, now)
+		}
 		return e.id, nil
 	case refusedOK && now.Before(r.retry):
 		return Identity{}, r.err
@@ -213,8 +235,17 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 		a.mu.Unlock()
 		return id, nil
 	}
+	return a.take(key, token, st, now)
+}
+
+// take keeps the API server's review st of token (its cache key) made at
+// now: the identity, or the refusal.
+func (a *Authenticator) take(key [sha256.Size]byte, token string, st authenticationv1.TokenReviewStatus, now time.Time) (Identity, error) {
 	id, rerr := reviewed(st, token)
 	if rerr != nil {
+		a.mu.Lock()
+		delete(a.cache, key) // a refresh's refusal ends the review it renewed
+		a.mu.Unlock()
 		a.refuse(key, rerr, token, now)
 		return Identity{}, rerr
 	}
@@ -228,9 +259,41 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 	}
 	a.mu.Lock()
 	delete(a.refused, key)
-	a.putLocked(key, entry{id: id, fresh: fresh, until: until}, now)
+	a.putLocked(key, entry{id: id, refresh: now.Add(refreshAfter), fresh: fresh, until: until}, now)
 	a.mu.Unlock()
 	return id, nil
+}
+
+// refresh reviews token again in the background, once at a time per
+// token: the call that found its review old is answered from it at once.
+// A review that fails to reach the API server leaves the cached one as it
+// is (the next call past refreshAfter tries again, after downFor).
+// The review counts as made at now, the call's time (a little early:
+// the review only ever ends sooner).
+func (a *Authenticator) refresh(key [sha256.Size]byte, token string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || a.refreshing[key] {
+		return
+	}
+	a.refreshing[key] = true
+	a.wg.Go(func() {
+		defer func() {
+			a.mu.Lock()
+			delete(a.refreshing, key)
+			a.mu.Unlock()
+		}()
+		st, err := a.r.Review(context.Background(), token)
+		if err != nil {
+			if apiUnavailable(err) {
+				a.mu.Lock()
+				a.down = now.Add(downFor)
+				a.mu.Unlock()
+			}
+			return
+		}
+		_, _ = a.take(key, token, st, now)
+	})
 }
 
 // putLocked stores e, making room by dropping expired reviews and then,

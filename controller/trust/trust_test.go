@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,10 +39,17 @@ type fakeReviewer struct {
 	users   map[string]authenticationv1.UserInfo
 	reviews atomic.Int64
 	down    atomic.Bool
+	gate    chan struct{} // when set, each review waits for a receive from it
+	mu      sync.Mutex    // guards users while reviews may run in the background
 }
 
 func (f *fakeReviewer) Review(_ context.Context, token string) (authenticationv1.TokenReviewStatus, error) {
 	f.reviews.Add(1)
+	if f.gate != nil {
+		<-f.gate
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.down.Load() {
 		return authenticationv1.TokenReviewStatus{}, errors.New("connection refused")
 	}
@@ -84,7 +92,7 @@ func TestAuthenticateCachesUntilExpiry(t *testing.T) {
 	}
 
 	// Fresh: taken from the cache.
-	now = now.Add(time.Minute)
+	now = now.Add(30 * time.Second)
 	if _, err := a.Authenticate(t.Context(), tok); err != nil || f.reviews.Load() != 1 {
 		t.Errorf("a fresh review: %v, %d reviews (want 1)", err, f.reviews.Load())
 	}
@@ -105,6 +113,68 @@ func TestAuthenticateCachesUntilExpiry(t *testing.T) {
 	now = now.Add(2 * time.Minute)
 	if _, err := a.Authenticate(t.Context(), tok); !errors.Is(err, ErrUnauthenticated) {
 		t.Errorf("expired token with the API server down: %v, want ErrUnauthenticated", err)
+	}
+}
+
+// TestAuthenticateRefreshesInBackground: a review past refreshAfter is
+// answered from the cache at once and reviewed again in the background,
+// once at a time; the new review extends it, a refusal ends it.
+func TestAuthenticateRefreshesInBackground(t *testing.T) {
+	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
+	now := t0
+	tok := jwt(t0.Add(time.Hour), "router")
+	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{tok: routerUser("r1", "node1")}}
+	a := NewAuthenticator(f, 0)
+	a.now = func() time.Time { return now }
+	if _, err := a.Authenticate(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	f.gate = make(chan struct{})
+	now = t0.Add(refreshAfter + 10*time.Second)
+	for range 3 {
+		// The review blocks on the gate: these return regardless.
+		if _, err := a.Authenticate(t.Context(), tok); err != nil {
+			t.Fatalf("a review past refreshAfter: %v", err)
+		}
+	}
+	f.gate <- struct{}{}
+	a.wg.Wait()
+	if n := f.reviews.Load(); n != 2 {
+		t.Fatalf("%d reviews, want 2 (the first, one refresh for three calls)", n)
+	}
+	// Past the first review's freshTTL, the refresh's answers.
+	now = t0.Add(freshTTL + 5*time.Second)
+	if _, err := a.Authenticate(t.Context(), tok); err != nil || f.reviews.Load() != 2 {
+		t.Errorf("after the refresh: %v, %d reviews; want the cache, 2", err, f.reviews.Load())
+	}
+	// The pod is deleted: the next refresh refuses the token, and calls
+	// after it are refused without waiting for a review.
+	f.mu.Lock()
+	delete(f.users, tok)
+	f.mu.Unlock()
+	now = now.Add(refreshAfter)
+	if _, err := a.Authenticate(t.Context(), tok); err != nil {
+		t.Fatalf("the call that starts the refresh: %v", err)
+	}
+	f.gate <- struct{}{}
+	a.wg.Wait()
+	if _, err := a.Authenticate(t.Context(), tok); !errors.Is(err, ErrUnauthenticated) || f.reviews.Load() != 3 {
+		t.Errorf("after a refusing refresh: %v, %d reviews; want ErrUnauthenticated, 3", err, f.reviews.Load())
+	}
+	// Closed: no refresh starts.
+	f.gate = nil
+	f.mu.Lock()
+	f.users[tok] = routerUser("r1", "node1")
+	f.mu.Unlock()
+	now = now.Add(deniedTTL)
+	if _, err := a.Authenticate(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	now = now.Add(refreshAfter)
+	before := f.reviews.Load()
+	if _, err := a.Authenticate(t.Context(), tok); err != nil || f.reviews.Load() != before {
+		t.Errorf("after Close: %v, %d reviews, want the cache and %d", err, f.reviews.Load(), before)
 	}
 }
 
