@@ -17,7 +17,8 @@ import (
 // the connection's goroutines were about a seventh of the controllers' CPU
 // on the cold path (perf, in docs/benchmarks.md). Each replica keeps one
 // idle kept-alive connection to every ready pool pod (at most
-// preconnectMax, the ones the ring gives it first), opened by the
+// preconnectMax; the walk takes the ring's own first, events admit pods
+// as they come), opened by the
 // read-only GET of the assign endpoint when the pod turns ready (or when
 // the replica's walk of the cache every preconnectTick finds it) and
 // renewed before the instance's idle timeout could close it, so the assign

@@ -74,6 +74,11 @@ func slimPod(obj any) (any, error) {
 		for _, c := range p.Spec.Containers {
 			s.Spec.Containers = append(s.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
 		}
+		for _, c := range p.Spec.InitContainers {
+			if len(c.Ports) > 0 {
+				s.Spec.InitContainers = append(s.Spec.InitContainers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			}
+		}
 	}
 	return s, nil
 }
@@ -125,6 +130,9 @@ func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index,
 			return nil
 		}
 		return errors.New("pod informer never synced")
+	}
+	if pre != nil {
+		pre.setList(inf.GetStore().List)
 	}
 	if idx != nil {
 		log.Info("caller index synced", "ips", idx.Len())

@@ -3,6 +3,7 @@ package noderouter
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,9 +25,11 @@ import (
 // the dial and the instance's start of a new connection were about a tenth
 // of a cold call (docs/benchmarks.md). A DaemonSet router keeps one idle
 // kept-alive connection to each ready, unclaimed pool pod (at most
-// --preconnect-pool-pods), in the pool the h1 forwarder takes instance
-// connections from: whichever pod a claim assigns, the router already
-// holds a connection to it. The connection is opened with the instance's
+// --preconnect-pool-pods), in the pool the goroutine path (h1conn) takes
+// instance connections from, which serves every cache miss, the event
+// loops' included (they hand a miss over): whichever pod a claim assigns,
+// the first call is written on a connection already open. (The event
+// loops' own warm connections are their own, dialled as before.) The connection is opened with the instance's
 // read-only GET of the assign endpoint (the request the controllers'
 // pre-connections send), which leaves it idle on the instance's side
 // rather than waiting for a first request, and the same GET renews it
@@ -44,27 +47,15 @@ const preconnectParallel = 4
 // preconnectTimeout bounds one pre-connection (dial and GET).
 const preconnectTimeout = 2 * time.Second
 
-// assignPortName names the container port of a sidecar serving the assign
-// endpoint beside the application (BRIEF: skipper-agent); such a pod's
-// application port answers no GET of the assign endpoint, so it gets no
-// pre-connection.
-const assignPortName = "skipper-assign"
-
 // preconnectAddr returns the instance address of pool pod p when the router
 // should hold a connection to it: a warm pool pod (v1alpha1.WarmPoolPodPort,
 // the test the controllers' pre-connections use) whose assign endpoint is
-// on its instance's port.
+// on its instance's port (v1alpha1.SidecarAssigns: a sidecar's is not, and
+// the application's port answers no GET of it).
 func preconnectAddr(p *corev1.Pod) (string, bool) {
 	port, ok := v1alpha1.WarmPoolPodPort(p)
-	if !ok {
+	if !ok || v1alpha1.SidecarAssigns(p) {
 		return "", false
-	}
-	for _, c := range p.Spec.Containers {
-		for _, cp := range c.Ports {
-			if cp.Name == assignPortName {
-				return "", false
-			}
-		}
 	}
 	return net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), true
 }
@@ -87,7 +78,9 @@ type preconnector struct {
 
 	mu      sync.Mutex
 	targets map[string]*preconnTarget // by pod UID
-	ctx     context.Context           // nil until run, done when it ends
+	ctx     context.Context           // nil until run
+	stopped bool                      // run is ending: nothing more starts
+	list    func() []any              // the pod watch's cached pods (setList), for room the bound left
 	wg      sync.WaitGroup            // the pre-connections being opened
 }
 
@@ -103,6 +96,32 @@ func newPreconnector(pool *upstreamPool, max int, renew time.Duration, m *metric
 // then), at most 50 s (under the echo runtime's 2-minute idle timeout).
 func preconnectRenewal(idleConnTimeout time.Duration) time.Duration {
 	return min(idleConnTimeout/2, 50*time.Second)
+}
+
+// preconnects reports whether a router with cfg keeps pre-connections and,
+// when not, why (empty: it does not want them). They ride on the pod watch
+// (a DaemonSet's, with a Kubernetes client) and fill the pool the
+// goroutine path dials from (not net/http's), and a renewal must come
+// before the pool's idle timeout closes the connection.
+func preconnects(cfg Config) (bool, string) {
+	switch {
+	case cfg.PreconnectPoolPods == 0, cfg.Mode == ModeSidecar, len(cfg.ControllerAddresses) > 0:
+		return false, ""
+	case cfg.Forwarder == forwarderNethttp:
+		return false, "--forwarder nethttp keeps no pool of instance connections"
+	case preconnectRenewal(cfg.IdleConnTimeout) < preconnectTick:
+		return false, fmt.Sprintf("--idle-conn-timeout %s is under %s: a pre-connection would close before its renewal", cfg.IdleConnTimeout, 2*preconnectTick)
+	}
+	return true, ""
+}
+
+// setList gives pc the pod watch's cache: each tick that finds room under
+// the bound (pods dropped, or turned away while it was full) fills it from
+// there, since the watch announces a pod only when it changes.
+func (pc *preconnector) setList(list func() []any) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	pc.list = list
 }
 
 // observe takes a pod event of the router's pod watch: a pool pod that
@@ -130,7 +149,7 @@ func (pc *preconnector) observe(p *corev1.Pod, deleted bool) {
 		t = &preconnTarget{addr: addr}
 		pc.targets[uid] = t
 	}
-	if pc.ctx == nil || pc.ctx.Err() != nil || t.busy || !t.at.IsZero() {
+	if pc.ctx == nil || pc.stopped || t.busy || !t.at.IsZero() {
 		return
 	}
 	select {
@@ -150,8 +169,11 @@ func (pc *preconnector) startLocked(uid string, t *preconnTarget) {
 		err := pc.open(ctx, uid, addr)
 		pc.mu.Lock()
 		t.busy = false
-		if err == nil {
+		switch {
+		case err == nil:
 			t.at = time.Now()
+		case errors.Is(err, errOtherPod) && pc.targets[uid] == t:
+			delete(pc.targets, uid) // another pod has the address: the watch is behind
 		}
 		pc.mu.Unlock()
 		result := "ok"
@@ -168,23 +190,63 @@ func (pc *preconnector) startLocked(uid string, t *preconnTarget) {
 func (pc *preconnector) dueLocked(now time.Time) map[string]*preconnTarget {
 	out := map[string]*preconnTarget{}
 	for uid, t := range pc.targets {
-		if !t.busy && (t.at.IsZero() || now.Sub(t.at) >= pc.renew) {
+		if !t.busy && pc.isDueLocked(t, now) {
 			out[uid] = t
 		}
 	}
 	return out
 }
 
+func (pc *preconnector) isDueLocked(t *preconnTarget, now time.Time) bool {
+	return t.at.IsZero() || now.Sub(t.at) >= pc.renew
+}
+
+// fill makes targets of the watch's cached warm pool pods while the bound
+// leaves room (it walks the cache only then).
+func (pc *preconnector) fill() {
+	pc.mu.Lock()
+	list, room := pc.list, len(pc.targets) < pc.max
+	pc.mu.Unlock()
+	if list == nil || !room {
+		return
+	}
+	for _, obj := range list() {
+		p, ok := obj.(*corev1.Pod)
+		if !ok {
+			continue
+		}
+		if _, warm := preconnectAddr(p); !warm {
+			continue
+		}
+		pc.mu.Lock()
+		_, known := pc.targets[string(p.UID)]
+		full := len(pc.targets) >= pc.max
+		pc.mu.Unlock()
+		if full {
+			return
+		}
+		if !known {
+			pc.observe(p, false)
+		}
+	}
+}
+
 // run opens and renews the pre-connections until ctx ends, then waits for
-// those being opened.
+// those being opened (none starts after it stopped).
 func (pc *preconnector) run(ctx context.Context) {
 	pc.mu.Lock()
 	pc.ctx = ctx
 	pc.mu.Unlock()
-	defer pc.wg.Wait()
+	defer func() {
+		pc.mu.Lock()
+		pc.stopped = true
+		pc.mu.Unlock()
+		pc.wg.Wait()
+	}()
 	tick := time.NewTicker(preconnectTick)
 	defer tick.Stop()
 	for {
+		pc.fill()
 		pc.mu.Lock()
 		due := pc.dueLocked(time.Now())
 		pc.mu.Unlock()
@@ -195,10 +257,10 @@ func (pc *preconnector) run(ctx context.Context) {
 				return
 			}
 			pc.mu.Lock()
-			if pc.targets[uid] == t && !t.busy {
+			if pc.targets[uid] == t && !t.busy && pc.isDueLocked(t, time.Now()) {
 				pc.startLocked(uid, t)
 			} else {
-				<-pc.slots // dropped or started meanwhile
+				<-pc.slots // dropped, started or renewed meanwhile
 			}
 			pc.mu.Unlock()
 		}
@@ -230,9 +292,8 @@ func (pc *preconnector) open(ctx context.Context, uid, addr string) error {
 		return err
 	}
 	up.setDeadline(time.Time{})
-	// A pre-opened connection counts as reused: the instance may close it
-	// while it idles, and a request that finds it closed is sent again.
-	up.reused = true
+	// The pool's get marks it reused when a request takes it: one that
+	// finds it closed by the instance meanwhile is sent again (send).
 	pc.pool.put(up, time.Now())
 	return nil
 }
@@ -249,13 +310,15 @@ func probeAssignment(w *bufio.Writer, r *bufio.Reader, addr, uid string) error {
 	if err != nil {
 		return fmt.Errorf("GET assignment of %s: %w", addr, err)
 	}
-	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, probeBodyMax+1))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, probeBodyMax+1))
 	_ = resp.Body.Close()
 	switch {
 	case err != nil:
 		return fmt.Errorf("GET assignment of %s: %w", addr, err)
-	case n > probeBodyMax:
+	case len(body) > probeBodyMax:
 		return fmt.Errorf("GET assignment of %s: an answer over %d bytes", addr, probeBodyMax)
+	case resp.StatusCode == http.StatusNotFound && otherPod(body):
+		return fmt.Errorf("GET assignment of %s as pod %s: %w", addr, uid, errOtherPod)
 	case resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound:
 		return fmt.Errorf("GET assignment of %s: %s", addr, resp.Status)
 	case resp.Close:
@@ -272,3 +335,14 @@ const probeBodyMax = 64 << 10
 
 // errPreconnectClosed: the instance closes the connection after the GET.
 var errPreconnectClosed = errors.New("the instance closes the connection")
+
+// errOtherPod: the instance at the address is another pod (its IP was
+// reused).
+var errOtherPod = errors.New("the instance is another pod")
+
+// otherPod reports whether a 404's body is the instance contract's
+// other_pod.
+func otherPod(body []byte) bool {
+	var c assign.Conflict
+	return json.Unmarshal(body, &c) == nil && c.Reason == assign.ReasonOtherPod
+}

@@ -1,10 +1,14 @@
 package noderouter
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -63,7 +68,10 @@ func TestPreconnectAddr(t *testing.T) {
 			}
 		}, "10.1.0.5:9000"},
 		{"a sidecar serves the assign endpoint", func(p *corev1.Pod) {
-			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "agent", Ports: []corev1.ContainerPort{{Name: assignPortName, ContainerPort: 7000}}})
+			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}})
+		}, ""},
+		{"a native sidecar serves the assign endpoint", func(p *corev1.Pod) {
+			p.Spec.InitContainers = []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}}}
 		}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -84,6 +92,73 @@ func TestPreconnectAddr(t *testing.T) {
 	}
 	if len(sp.Labels) != 1 || len(sp.Status.Conditions) != 1 {
 		t.Errorf("slimPod kept labels %v, conditions %v", sp.Labels, sp.Status.Conditions)
+	}
+	slim, _ = slimPod(warmPoolPod(t, "a", addr, func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}}}
+	}))
+	if got, ok := preconnectAddr(slim.(*corev1.Pod)); ok {
+		t.Errorf("the slim pod of a pod with a native assign sidecar gets pre-connection %q", got)
+	}
+}
+
+func TestPreconnects(t *testing.T) {
+	daemon := DefaultConfig()
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*Config)
+		want    bool
+		warning bool
+	}{
+		{"a DaemonSet router", func(*Config) {}, true, false},
+		{"off", func(c *Config) { c.PreconnectPoolPods = 0 }, false, false},
+		{"a sidecar", func(c *Config) { c.Mode = ModeSidecar }, false, false},
+		{"static controllers: no pod watch", func(c *Config) { c.ControllerAddresses = []string{"127.0.0.1:1"} }, false, false},
+		{"net/http's forwarder", func(c *Config) { c.Forwarder = forwarderNethttp }, false, true},
+		{"the h1 forwarder", func(c *Config) { c.Forwarder = forwarderH1 }, true, false},
+		{"an idle timeout under two ticks", func(c *Config) { c.IdleConnTimeout = 9 * time.Second }, false, true},
+	} {
+		cfg := daemon
+		tc.mutate(&cfg)
+		got, why := preconnects(cfg)
+		if got != tc.want || (why != "") != tc.warning {
+			t.Errorf("%s: preconnects = %v, %q", tc.name, got, why)
+		}
+	}
+}
+
+// TestPreconnectFromTheWatch: the pod watch's pods become targets, within
+// the bound; a claimed one leaves room that the next fill takes from the
+// watch's cache (no event announces the pod turned away).
+func TestPreconnectFromTheWatch(t *testing.T) {
+	cs := fake.NewClientset(warmPoolPod(t, "a", "10.1.0.1:8080"), warmPoolPod(t, "b", "10.1.0.2:8080"))
+	pc := newPreconnector(nil, 1, time.Minute, newMetrics("node1"), slog.New(slog.DiscardHandler))
+	synced := make(chan struct{})
+	done := make(chan error, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	go func() { done <- watchPods(ctx, cs, nil, pc, slog.New(slog.DiscardHandler), func() { close(synced) }) }()
+	<-synced
+	targets := func() []string {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		return slices.Sorted(maps.Keys(pc.targets))
+	}
+	first := targets()
+	if len(first) != 1 {
+		t.Fatalf("targets %v, want one (bound 1)", first)
+	}
+	other := map[string]string{"a": "b", "b": "a"}[first[0]]
+	claimed := warmPoolPod(t, first[0], "10.1.0.1:8080", func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "hello" })
+	if _, err := cs.CoreV1().Pods("default").Update(ctx, claimed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the claimed pod dropped", func() bool { return len(targets()) == 0 })
+	pc.fill()
+	if got := targets(); len(got) != 1 || got[0] != other {
+		t.Errorf("after a fill: targets %v, want [%s]", got, other)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("watchPods: %v", err)
 	}
 }
 
@@ -124,6 +199,9 @@ func (e *connEcho) requests() ([]string, int) {
 // gets a connection opened with the GET of its assignment, and the first
 // call of the function a claim then gives it goes out on that connection.
 func TestFirstCallUsesPreconnection(t *testing.T) {
+	if testForwarder == forwarderNethttp {
+		t.Skip("--forwarder nethttp keeps no pool of instance connections (no pre-connections: TestPreconnects)")
+	}
 	e := startConnEcho(t, "uid-1")
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", e.addr)))
@@ -175,6 +253,14 @@ func TestPreconnectRenewsOnItsConnection(t *testing.T) {
 	gone := deadAddress(t)
 	if err := pc.open(t.Context(), "uid-3", gone); err == nil {
 		t.Error("no error from an address that refuses")
+	}
+	// Asked as another pod (the address was reused): said, and the
+	// connection it went on is closed, not pooled.
+	if err := pc.open(t.Context(), "uid-other", e.addr); !errors.Is(err, errOtherPod) {
+		t.Errorf("GET as another pod: %v, want errOtherPod", err)
+	}
+	if n := pool.idleCount(e.addr); n != 0 {
+		t.Errorf("%d pooled after the other pod's GET, want 0", n)
 	}
 }
 

@@ -159,10 +159,11 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 		rt.callersSynced.Store(false)
 		rt.proxy.identify = rt.callerIndex.Lookup
 	}
-	// Pre-connections ride on the pod watch (a DaemonSet's, with a
-	// Kubernetes client) and fill the pool the h1 forwarder dials from.
-	if cfg.PreconnectPoolPods > 0 && cfg.Mode != ModeSidecar && len(cfg.ControllerAddresses) == 0 && cfg.Forwarder != forwarderNethttp {
+	switch ok, why := preconnects(cfg); {
+	case ok:
 		rt.pre = newPreconnector(rt.proxy.pool, cfg.PreconnectPoolPods, preconnectRenewal(cfg.IdleConnTimeout), m, log)
+	case why != "":
+		log.Warn("no pre-connections to warm pool pods", "reason", why)
 	}
 	return rt
 }

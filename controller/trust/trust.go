@@ -242,12 +242,20 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 // now: the identity, or the refusal.
 func (a *Authenticator) take(key [sha256.Size]byte, token string, st authenticationv1.TokenReviewStatus, now time.Time) (Identity, error) {
 	id, rerr := reviewed(st, token)
+	a.mu.Lock()
+	a.keepLocked(key, token, id, rerr, now)
+	a.mu.Unlock()
+	return id, rerr
+}
+
+// keepLocked stores a review's outcome: the identity, fresh for freshTTL
+// and renewed in the background after refreshAfter, or the refusal, which
+// ends any review cached before. a.mu is held.
+func (a *Authenticator) keepLocked(key [sha256.Size]byte, token string, id Identity, rerr error, now time.Time) {
 	if rerr != nil {
-		a.mu.Lock()
-		delete(a.cache, key) // a refresh's refusal ends the review it renewed
-		a.mu.Unlock()
-		a.refuse(key, rerr, token, now)
-		return Identity{}, rerr
+		delete(a.cache, key)
+		a.refuseLocked(key, rerr, token, now)
+		return
 	}
 	until := now.Add(freshTTL)
 	if !id.Expires.IsZero() {
@@ -257,42 +265,44 @@ func (a *Authenticator) take(key [sha256.Size]byte, token string, st authenticat
 	if until.Before(fresh) {
 		fresh = until
 	}
-	a.mu.Lock()
 	delete(a.refused, key)
 	a.putLocked(key, entry{id: id, refresh: now.Add(refreshAfter), fresh: fresh, until: until}, now)
-	a.mu.Unlock()
-	return id, nil
 }
 
 // refresh reviews token again in the background, once at a time per
 // token: the call that found its review old is answered from it at once.
-// A review that fails to reach the API server leaves the cached one as it
-// is (the next call past refreshAfter tries again, after downFor).
-// The review counts as made at now, the call's time (a little early:
-// the review only ever ends sooner).
+// The outcome replaces the cached review only if that is still the one
+// the refresh renews (none evicted it, no call reviewed the token
+// meanwhile); a review that fails to reach the API server leaves it as it
+// is (the next call past refreshAfter tries again, after downFor). The
+// review counts as made at now, the call's time (a little early: it only
+// ever ends sooner).
 func (a *Authenticator) refresh(key [sha256.Size]byte, token string, now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closed || a.refreshing[key] {
 		return
 	}
+	renews := a.cache[key].refresh
 	a.refreshing[key] = true
 	a.wg.Go(func() {
-		defer func() {
-			a.mu.Lock()
-			delete(a.refreshing, key)
-			a.mu.Unlock()
-		}()
 		st, err := a.r.Review(context.Background(), token)
-		if err != nil {
-			if apiUnavailable(err) {
-				a.mu.Lock()
-				a.down = now.Add(downFor)
-				a.mu.Unlock()
-			}
-			return
+		var id Identity
+		var rerr error
+		if err == nil {
+			id, rerr = reviewed(st, token)
 		}
-		_, _ = a.take(key, token, st, now)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		delete(a.refreshing, key)
+		switch cur, ok := a.cache[key]; {
+		case err != nil:
+			if apiUnavailable(err) {
+				a.down = a.now().Add(downFor)
+			}
+		case ok && cur.refresh.Equal(renews):
+			a.keepLocked(key, token, id, rerr, now)
+		}
 	})
 }
 
@@ -360,12 +370,17 @@ func (a *Authenticator) precheck(token string, now time.Time) error {
 // refuse keeps a refusal of token: asked again after deniedTTL, never
 // verified locally before it expires.
 func (a *Authenticator) refuse(key [sha256.Size]byte, err error, token string, now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.refuseLocked(key, err, token, now)
+}
+
+// refuseLocked is refuse with a.mu held.
+func (a *Authenticator) refuseLocked(key [sha256.Size]byte, err error, token string, now time.Time) {
 	exp := now.Add(deniedTTL)
 	if c, cerr := unverifiedClaims(token); cerr == nil && c.Exp > 0 && time.Unix(c.Exp, 0).After(exp) {
 		exp = time.Unix(c.Exp, 0)
 	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	if len(a.refused) >= a.maxEntries {
 		clear(a.refused) // refusals are cheap to learn again; reviews are kept
 	}

@@ -161,6 +161,29 @@ func TestAuthenticateRefreshesInBackground(t *testing.T) {
 	if _, err := a.Authenticate(t.Context(), tok); !errors.Is(err, ErrUnauthenticated) || f.reviews.Load() != 3 {
 		t.Errorf("after a refusing refresh: %v, %d reviews; want ErrUnauthenticated, 3", err, f.reviews.Load())
 	}
+	// A refresh whose review was evicted meanwhile (and perhaps refused
+	// by a call's own review) brings nothing back.
+	f.mu.Lock()
+	f.users[tok] = routerUser("r1", "node1")
+	f.mu.Unlock()
+	now = now.Add(deniedTTL)
+	f.gate = nil
+	if _, err := a.Authenticate(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	f.gate = make(chan struct{})
+	now = now.Add(refreshAfter)
+	if _, err := a.Authenticate(t.Context(), tok); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.Lock()
+	clear(a.cache)
+	a.mu.Unlock()
+	f.gate <- struct{}{}
+	a.wg.Wait()
+	if n := a.Len(); n != 0 {
+		t.Errorf("a refresh restored %d evicted reviews", n)
+	}
 	// Closed: no refresh starts.
 	f.gate = nil
 	f.mu.Lock()

@@ -45,3 +45,24 @@ func WarmPoolPodPort(p *corev1.Pod) (int32, bool) {
 	port := FirstPort(&p.Spec)
 	return port, port > 0
 }
+
+// AssignPortName names the container port of a sidecar serving the assign
+// endpoint beside the application (skipper-agent, a native sidecar: an
+// init container that keeps running).
+const AssignPortName = "skipper-assign"
+
+// SidecarAssigns reports whether a sidecar of p serves its assign endpoint
+// (a port named AssignPortName, in a container or an init container): the
+// application's own port then does not.
+func SidecarAssigns(p *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
+		for _, c := range cs {
+			for _, cp := range c.Ports {
+				if cp.Name == AssignPortName {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
