@@ -63,6 +63,7 @@ func preconnectAddr(p *corev1.Pod) (string, bool) {
 // preconnTarget is a pool pod the router holds a connection to.
 type preconnTarget struct {
 	addr string
+	rv   string    // the pod's resourceVersion when last seen
 	at   time.Time // opened or renewed last; zero: due at once
 	busy bool      // a pre-connection to it is being opened
 }
@@ -81,14 +82,18 @@ type preconnector struct {
 	ctx     context.Context           // nil until run
 	stopped bool                      // run is ending: nothing more starts
 	list    func() []any              // the pod watch's cached pods (setList), for room the bound left
-	wg      sync.WaitGroup            // the pre-connections being opened
+	missed  bool                      // a pod was turned away for the bound since the last fill
+	// skip holds pods (by UID) whose address answered as another pod,
+	// with the resourceVersion then: not targets again until they change.
+	skip map[string]string
+	wg   sync.WaitGroup // the pre-connections being opened
 }
 
 // newPreconnector keeps up to max pre-connections in pool, renewed every
 // renew.
 func newPreconnector(pool *upstreamPool, max int, renew time.Duration, m *metrics, log *slog.Logger) *preconnector {
 	return &preconnector{pool: pool, max: max, renew: renew, m: m, log: log,
-		slots: make(chan struct{}, preconnectParallel), targets: map[string]*preconnTarget{}}
+		slots: make(chan struct{}, preconnectParallel), targets: map[string]*preconnTarget{}, skip: map[string]string{}}
 }
 
 // preconnectRenewal is how long a pre-connection goes before its GET is
@@ -109,15 +114,15 @@ func preconnects(cfg Config) (bool, string) {
 		return false, ""
 	case cfg.Forwarder == forwarderNethttp:
 		return false, "--forwarder nethttp keeps no pool of instance connections"
-	case preconnectRenewal(cfg.IdleConnTimeout) < preconnectTick:
-		return false, fmt.Sprintf("--idle-conn-timeout %s is under %s: a pre-connection would close before its renewal", cfg.IdleConnTimeout, 2*preconnectTick)
+	case preconnectRenewal(cfg.IdleConnTimeout)+preconnectTick >= cfg.IdleConnTimeout:
+		return false, fmt.Sprintf("--idle-conn-timeout %s is %s or less: a pre-connection could close before its renewal (a tick after it is due)", cfg.IdleConnTimeout, 2*preconnectTick)
 	}
 	return true, ""
 }
 
-// setList gives pc the pod watch's cache: each tick that finds room under
-// the bound (pods dropped, or turned away while it was full) fills it from
-// there, since the watch announces a pod only when it changes.
+// setList gives pc the pod watch's cache: a tick that finds room under the
+// bound after pods were turned away for it fills it from there, since the
+// watch announces a pod only when it changes.
 func (pc *preconnector) setList(list func() []any) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
@@ -130,11 +135,22 @@ func (pc *preconnector) setList(list func() []any) {
 // when a claim made it an instance's, serves the function). It never
 // blocks the informer.
 func (pc *preconnector) observe(p *corev1.Pod, deleted bool) {
-	uid := string(p.UID)
-	addr, ok := preconnectAddr(p)
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
+	pc.observeLocked(p, deleted)
+}
+
+// observeLocked is observe with pc.mu held.
+func (pc *preconnector) observeLocked(p *corev1.Pod, deleted bool) {
+	uid := string(p.UID)
+	addr, ok := preconnectAddr(p)
 	t := pc.targets[uid]
+	if rv, skipped := pc.skip[uid]; skipped {
+		if !deleted && rv == p.ResourceVersion {
+			return
+		}
+		delete(pc.skip, uid)
+	}
 	if deleted || !ok {
 		delete(pc.targets, uid)
 		return
@@ -144,12 +160,14 @@ func (pc *preconnector) observe(p *corev1.Pod, deleted bool) {
 	case t != nil:
 		t.addr, t.at = addr, time.Time{}
 	case len(pc.targets) >= pc.max:
+		pc.missed = true
 		return
 	default:
 		t = &preconnTarget{addr: addr}
 		pc.targets[uid] = t
 	}
-	if pc.ctx == nil || pc.stopped || t.busy || !t.at.IsZero() {
+	t.rv = p.ResourceVersion
+	if pc.ctx == nil || pc.ctx.Err() != nil || pc.stopped || t.busy || !t.at.IsZero() {
 		return
 	}
 	select {
@@ -173,7 +191,10 @@ func (pc *preconnector) startLocked(uid string, t *preconnTarget) {
 		case err == nil:
 			t.at = time.Now()
 		case errors.Is(err, errOtherPod) && pc.targets[uid] == t:
-			delete(pc.targets, uid) // another pod has the address: the watch is behind
+			// Another pod has the address (the watch is behind): not a
+			// target until the pod changes.
+			delete(pc.targets, uid)
+			pc.skip[uid] = t.rv
 		}
 		pc.mu.Unlock()
 		result := "ok"
@@ -201,32 +222,28 @@ func (pc *preconnector) isDueLocked(t *preconnTarget, now time.Time) bool {
 	return t.at.IsZero() || now.Sub(t.at) >= pc.renew
 }
 
-// fill makes targets of the watch's cached warm pool pods while the bound
-// leaves room (it walks the cache only then).
+// fill makes targets of the watch's cached warm pool pods when a pod was
+// turned away for the bound and there is room now. It holds pc.mu across
+// the walk: an event the cache's copy does not reflect yet is applied
+// after it (the informer updates its cache before it calls the handler),
+// so no stale copy is taken after a newer event.
 func (pc *preconnector) fill() {
 	pc.mu.Lock()
-	list, room := pc.list, len(pc.targets) < pc.max
-	pc.mu.Unlock()
-	if list == nil || !room {
+	defer pc.mu.Unlock()
+	if pc.list == nil || !pc.missed || len(pc.targets) >= pc.max {
 		return
 	}
-	for _, obj := range list() {
+	pc.missed = false
+	for _, obj := range pc.list() {
 		p, ok := obj.(*corev1.Pod)
 		if !ok {
 			continue
 		}
-		if _, warm := preconnectAddr(p); !warm {
+		if _, known := pc.targets[string(p.UID)]; known {
 			continue
 		}
-		pc.mu.Lock()
-		_, known := pc.targets[string(p.UID)]
-		full := len(pc.targets) >= pc.max
-		pc.mu.Unlock()
-		if full {
-			return
-		}
-		if !known {
-			pc.observe(p, false)
+		if _, warm := preconnectAddr(p); warm {
+			pc.observeLocked(p, false) // sets missed again when the bound is reached
 		}
 	}
 }

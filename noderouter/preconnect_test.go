@@ -116,6 +116,8 @@ func TestPreconnects(t *testing.T) {
 		{"net/http's forwarder", func(c *Config) { c.Forwarder = forwarderNethttp }, false, true},
 		{"the h1 forwarder", func(c *Config) { c.Forwarder = forwarderH1 }, true, false},
 		{"an idle timeout under two ticks", func(c *Config) { c.IdleConnTimeout = 9 * time.Second }, false, true},
+		{"an idle timeout of two ticks", func(c *Config) { c.IdleConnTimeout = 10 * time.Second }, false, true},
+		{"an idle timeout just over two ticks", func(c *Config) { c.IdleConnTimeout = 12 * time.Second }, true, false},
 	} {
 		cfg := daemon
 		tc.mutate(&cfg)
@@ -142,10 +144,13 @@ func TestPreconnectFromTheWatch(t *testing.T) {
 		defer pc.mu.Unlock()
 		return slices.Sorted(maps.Keys(pc.targets))
 	}
+	// The handlers run after the cache is filled: wait for both pods'.
+	poll(t, "one target (bound 1) and one turned away", func() bool {
+		pc.mu.Lock()
+		defer pc.mu.Unlock()
+		return len(pc.targets) == 1 && pc.missed
+	})
 	first := targets()
-	if len(first) != 1 {
-		t.Fatalf("targets %v, want one (bound 1)", first)
-	}
 	other := map[string]string{"a": "b", "b": "a"}[first[0]]
 	claimed := warmPoolPod(t, first[0], "10.1.0.1:8080", func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "hello" })
 	if _, err := cs.CoreV1().Pods("default").Update(ctx, claimed, metav1.UpdateOptions{}); err != nil {
@@ -297,6 +302,21 @@ func TestPreconnectTargets(t *testing.T) {
 	pc.observe(warmPoolPod(t, "c", "10.1.0.9:8080"), false)
 	if tg := pc.targets["c"]; tg.addr != "10.1.0.9:8080" || !tg.at.IsZero() {
 		t.Errorf("target c = %+v after its address changed", tg)
+	}
+	// A pod whose address answered as another pod stays out until it
+	// changes.
+	pc = newPreconnector(nil, 4, time.Minute, newMetrics("node1"), slog.New(slog.DiscardHandler))
+	pc.skip["g"] = "7"
+	at := func(rv string) *corev1.Pod {
+		return warmPoolPod(t, "g", "10.1.0.7:8080", func(p *corev1.Pod) { p.ResourceVersion = rv })
+	}
+	pc.observe(at("7"), false)
+	if pc.targets["g"] != nil {
+		t.Error("a skipped pod unchanged became a target")
+	}
+	pc.observe(at("8"), false)
+	if pc.targets["g"] == nil || len(pc.skip) != 0 {
+		t.Errorf("a skipped pod that changed: target %v, skip %v", pc.targets["g"], pc.skip)
 	}
 }
 

@@ -212,7 +212,7 @@ func (a *Authenticator) Authenticate(ctx context.Context, token string) (Identit
 		}
 		if !down {
 			a.mu.Lock()
-			a.down = now.Add(downFor)
+			a.down = a.now().Add(downFor) // from the failure: a review that timed out took its timeout
 			a.mu.Unlock()
 		}
 		switch {
@@ -271,9 +271,10 @@ func (a *Authenticator) keepLocked(key [sha256.Size]byte, token string, id Ident
 
 // refresh reviews token again in the background, once at a time per
 // token: the call that found its review old is answered from it at once.
-// The outcome replaces the cached review only if that is still the one
-// the refresh renews (none evicted it, no call reviewed the token
-// meanwhile); a review that fails to reach the API server leaves it as it
+// A refusal ends whatever is cached; an identity replaces the cached
+// review only if that is still the one the refresh renews (none evicted
+// it, no call reviewed the token meanwhile); a review that fails to reach
+// the API server leaves it as it
 // is (the next call past refreshAfter tries again, after downFor). The
 // review counts as made at now, the call's time (a little early: it only
 // ever ends sooner).
@@ -300,6 +301,11 @@ func (a *Authenticator) refresh(key [sha256.Size]byte, token string, now time.Ti
 			if apiUnavailable(err) {
 				a.down = a.now().Add(downFor)
 			}
+		case rerr != nil:
+			// A refusal stands whatever changed meanwhile (a review
+			// verified locally since, say): what the API server refused,
+			// nothing cached overrules.
+			a.keepLocked(key, token, id, rerr, now)
 		case ok && cur.refresh.Equal(renews):
 			a.keepLocked(key, token, id, rerr, now)
 		}
