@@ -68,7 +68,9 @@ type preconnTarget struct {
 	busy bool      // a pre-connection to it is being opened
 }
 
-// preconnector keeps the pre-connections. Its lock is taken alone.
+// preconnector keeps the pre-connections. Its lock is taken alone, but
+// for fill, which reads the pod watch's cache under it (the watch calls
+// observe holding none of its own locks).
 type preconnector struct {
 	pool  *upstreamPool
 	max   int
@@ -206,8 +208,8 @@ func (pc *preconnector) startLocked(uid string, t *preconnTarget) {
 	})
 }
 
-// due returns the targets whose connection is to be opened or renewed at
-// now, marked busy.
+// dueLocked returns the targets, not busy, whose connection is to be
+// opened or renewed at now.
 func (pc *preconnector) dueLocked(now time.Time) map[string]*preconnTarget {
 	out := map[string]*preconnTarget{}
 	for uid, t := range pc.targets {
