@@ -147,7 +147,7 @@ func (c *controller) syncPool(ctx context.Context, key string) error {
 	snap := c.pools.snapshot(key, now, pol.window)
 	var ready int32
 	for _, p := range c.cache.poolPods(ns, pool) {
-		if v1alpha1.PodReady(p) && p.DeletionTimestamp == nil {
+		if v1alpha1.PodReady(p) { // ready and not terminating
 			ready++
 		}
 	}

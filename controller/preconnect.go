@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"time"
 
@@ -96,17 +95,12 @@ func (pc *preconnects) keepOnly(live map[types.UID]bool) {
 	}
 }
 
-// preconnectable returns the assign port of p when a replica should hold
-// a connection to it: a warm pool pod (v1alpha1.WarmPoolPodPort; a
-// Function's own port, when it sets one, gets no pre-connection).
-func preconnectable(p *corev1.Pod) (int32, bool) { return v1alpha1.WarmPoolPodPort(p) }
-
 // preconnect opens the kept-alive connection to pool pod p, as an
 // informer event shows it, when it is due, in the background: the GET
 // leaves its connection idle in c.http for the assign. A pod that stops
 // qualifying is forgotten; with every slot busy the next renewal opens it.
 func (c *controller) preconnect(p *corev1.Pod, deleted bool) {
-	port, ok := preconnectable(p)
+	port, ok := v1alpha1.WarmPoolPodPort(p)
 	if deleted || !ok {
 		c.preconn.forget(p.UID)
 		return
@@ -157,7 +151,7 @@ func (c *controller) renewPreconnects(ctx context.Context) {
 		}
 		live := map[types.UID]bool{}
 		for _, p := range mineFirst(c.cache.unclaimedPoolPods(), c.owns) {
-			port, ok := preconnectable(p)
+			port, ok := v1alpha1.WarmPoolPodPort(p)
 			if !ok {
 				continue
 			}
@@ -176,20 +170,19 @@ func (c *controller) renewPreconnects(ctx context.Context) {
 	}
 }
 
-// mineFirst orders pods with those mine gives this replica first, keeping
-// the order within each part.
+// mineFirst returns pods with those mine gives this replica first, keeping
+// the order within each part (one ring lookup per pod).
 func mineFirst(pods []*corev1.Pod, mine func(uid string) bool) []*corev1.Pod {
-	slices.SortStableFunc(pods, func(a, b *corev1.Pod) int {
-		am, bm := mine(string(a.UID)), mine(string(b.UID))
-		switch {
-		case am == bm:
-			return 0
-		case am:
-			return -1
+	out := make([]*corev1.Pod, 0, len(pods))
+	var theirs []*corev1.Pod
+	for _, p := range pods {
+		if mine(string(p.UID)) {
+			out = append(out, p)
+		} else {
+			theirs = append(theirs, p)
 		}
-		return 1
-	})
-	return pods
+	}
+	return append(out, theirs...)
 }
 
 // ctx is the controller's run context, nil before start.

@@ -38,9 +38,9 @@ func TestPreconnectable(t *testing.T) {
 		{"not a pool's", testPod("a", withPort(8080), func(p *corev1.Pod) { delete(p.Labels, v1alpha1.LabelPool) }), 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := preconnectable(tc.pod)
+			got, ok := v1alpha1.WarmPoolPodPort(tc.pod)
 			if got != tc.want || ok != (tc.want != 0) {
-				t.Errorf("preconnectable = %d, %v; want %d", got, ok, tc.want)
+				t.Errorf("WarmPoolPodPort = %d, %v; want %d", got, ok, tc.want)
 			}
 		})
 	}

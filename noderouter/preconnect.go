@@ -241,10 +241,7 @@ func (pc *preconnector) fill() {
 		if !ok {
 			continue
 		}
-		if _, known := pc.targets[string(p.UID)]; known {
-			continue
-		}
-		if _, warm := preconnectAddr(p); warm {
+		if _, known := pc.targets[string(p.UID)]; !known {
 			pc.observeLocked(p, false) // sets missed again when the bound is reached
 		}
 	}
