@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 )
 
@@ -37,6 +38,10 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	kctx, stopKeys := context.WithCancel(ctx)
+	var keys sync.WaitGroup
+	keys.Go(func() { srv.KeepKeys(kctx) })
+	defer func() { stopKeys(); keys.Wait() }()
 	return serve(ctx, ln, srv, cfg.ShutdownTimeout, log)
 }
 

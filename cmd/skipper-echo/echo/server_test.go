@@ -13,10 +13,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime/metrics"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -353,6 +355,67 @@ func TestAssignKeyRotation(t *testing.T) {
 			t.Errorf("%s: reason %v, want bad_token", s.name, m["reason"])
 		}
 	}
+}
+
+// TestKeepKeys: with KeepKeys running, the keys follow the file with no
+// assign asking (a key added, then the old one dropped), each within
+// keyRecheck/2, so an assign finds them fresh and reads nothing; it stops
+// with its context.
+func TestKeepKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, pem := newKey(t)
+		_, nextPEM := newKey(t)
+		path := filepath.Join(t.TempDir(), "ed25519.pub")
+		write := func(data []byte) {
+			t.Helper()
+			if err := os.WriteFile(path, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(pem)
+		cfg := DefaultConfig()
+		cfg.AssignKey = path
+		s := NewServer(cfg, slog.New(slog.DiscardHandler))
+		if _, err := s.publicKeys(s.now()); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { s.KeepKeys(ctx); close(done) }()
+		keys := func() (int, time.Duration) {
+			s.keyMu.Lock()
+			defer s.keyMu.Unlock()
+			return len(s.keys), time.Since(s.keyReadAt)
+		}
+		for _, step := range []struct {
+			name string
+			file []byte
+			want int
+		}{
+			{"a key added", append(slices.Clip(pem), nextPEM...), 2},
+			{"the old key dropped", nextPEM, 1},
+		} {
+			write(step.file)
+			time.Sleep(keyRecheck / 2)
+			synctest.Wait()
+			if n, age := keys(); n != step.want || age >= keyRecheck/2 {
+				t.Errorf("%s: %d keys read %s ago, want %d read under %s ago", step.name, n, age, step.want, keyRecheck/2)
+			}
+		}
+		s.keyMu.Lock()
+		last := s.keys[0]
+		s.keyMu.Unlock()
+		if want, err := assign.ParsePublicKeys(nextPEM); err != nil || !last.Equal(want[0]) {
+			t.Errorf("the key kept is not the new one (%v)", err)
+		}
+		cancel()
+		synctest.Wait()
+		select {
+		case <-done:
+		default:
+			t.Error("KeepKeys still runs after its context ended")
+		}
+	})
 }
 
 // TestAssignIDsBounded: the instance remembers at most so many ids, each
@@ -742,9 +805,26 @@ func TestWarm(t *testing.T) {
 	if code, m := f.assign(t, f.body(t, echoRequest("default/echo"))); code != http.StatusOK {
 		t.Fatalf("assign after Warm: %d %v", code, m)
 	}
+	// The pages the warm-up touched are kept as free heap, not handed
+	// back to the OS: the first claim's spans are carved from them.
+	if free := heapFree(t); free < prefaultBytes/2 {
+		t.Errorf("after Warm, %d bytes of free heap kept mapped, want at least %d", free, prefaultBytes/2)
+	}
 	// Without the key file the warm-up still runs; the first assign reads it.
 	g := newFixture(t, false)
 	if err := g.srv.Warm(); err != nil {
 		t.Fatalf("Warm without a key file: %v", err)
 	}
+}
+
+// heapFree reads the runtime's free heap that is still mapped (not
+// released to the OS).
+func heapFree(t *testing.T) uint64 {
+	t.Helper()
+	m := []metrics.Sample{{Name: "/memory/classes/heap/free:bytes"}}
+	metrics.Read(m)
+	if m[0].Value.Kind() != metrics.KindUint64 {
+		t.Fatalf("runtime metric %s not supported", m[0].Name)
+	}
+	return m[0].Value.Uint64()
 }
