@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -109,6 +109,12 @@ test: deps verify lint unit fuzz e2e
 ## (needs a running cluster: make up in another shell)
 bench-coldstart: build
 	$(BIN)/skipper-bench coldstart -n 50
+
+## bench-hops: the floor of bench-coldstart's first/second ratio: its hops
+## as bare TCP round trips between idle do-nothing processes in the
+## cluster's own network namespaces (needs a running cluster, root)
+bench-hops: build
+	$(BIN)/skipper-bench hops -n 40
 
 ## bench-burst: 30 new Functions called within 3 s against an autoscaled
 ## pool of 3 of its own: first calls served by a pod ready before the call,

@@ -6,6 +6,7 @@
 //	skipper-bench burst [-n 30] [-spread 3s] [-pool-min 3] [-pool-max 40] [-window 10s]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
+//	skipper-bench hops [-n 40] [-idle 300ms]
 //	skipper-bench warm [-rounds 5] [-duration 5s] [-connections 64] [-rate 1000] [-contenders direct,router,nginx,haproxy,fasthttp,vip,kube-proxy] [-docs docs/benchmarks.md]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
@@ -37,6 +38,11 @@
 // warm-up and again -settle after the loop, prints a markdown table of
 // both with PASS/FAIL against ±10% (goroutines: or ±20), and exits
 // non-zero when a process is outside the bound.
+//
+// hops times coldstart's hops as bare TCP round trips between idle
+// processes that do no work, each in the network namespace of the part it
+// stands for (see hops.go): the floor of coldstart's first/second ratio on
+// the machine.
 //
 // warm is issue 14's comparison of warm requests (see warm.go): a closed
 // loop (wrk) and an open loop at a fixed rate, the contenders interleaved
@@ -103,10 +109,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runWarm(ctx, args[1:], stdout, stderr)
 		case "warm-open":
 			return runWarmOpen(ctx, args[1:], stdout, stderr)
+		case "hops":
+			return runHops(ctx, args[1:], stdout, stderr)
+		case "hops-role":
+			return runHopsRole(ctx, args[1:], stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "coldstart" {
-		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|burst|vip|soak|warm [flags]   (skipper-bench warm --help)")
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|burst|vip|soak|warm|hops [flags]   (skipper-bench warm --help)")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)
