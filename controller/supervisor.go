@@ -259,10 +259,11 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 		if s != nil {
 			s.mu.Lock()
 			s.failures++
-			wait := min(c.cfg.ScaleInterval<<min(s.failures-1, 16), maxClaimBackoff)
+			failures := s.failures // read under the lock: concurrent claims end here too
+			wait := min(c.cfg.ScaleInterval<<min(failures-1, 16), maxClaimBackoff)
 			s.retryAt = time.Now().Add(wait)
 			s.mu.Unlock()
-			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", s.failures, "retry_in", wait, "err", err)
+			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", failures, "retry_in", wait, "err", err)
 		}
 		return
 	}
