@@ -28,7 +28,9 @@ type assignment struct {
 // keyRecheck is how old the keys an assign verifies with may be: a
 // rotated key (added, or dropped) is seen within a second of the kubelet
 // writing it, with no restart. KeepKeys reads the file twice as often, so
-// an assign reads it only when KeepKeys is not running.
+// an assign reads it only before the file first loads or when KeepKeys
+// is not running (or falls behind); an assign that comes during
+// KeepKeys' read waits for it (keyMu).
 const keyRecheck = time.Second
 
 // Server is the echo runtime's HTTP handler. Its zero value is not usable;

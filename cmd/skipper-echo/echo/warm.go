@@ -93,25 +93,26 @@ func (s *Server) Warm() error {
 
 // prefaultBytes is how much heap the warm-up touches and frees: about
 // what the first claim (assign and first request) allocates, ten times
-// over, and under the 4 MiB the runtime keeps before it returns free
-// pages to the OS.
+// over.
 const prefaultBytes = 2 << 20
 
 // prefaultHeap touches n bytes of fresh heap, one write per page, and
 // collects. A fresh Go process carves each new span from pages it never
 // touched, and the first write to such a page is a page fault: 14–15 µs
-// on the VM we measure on (shadow paging), and a pool pod's first claim
-// allocated its spans that way (15 faults per cold call in the instance,
-// docs/benchmarks.md). After this, new spans come from pages already
-// mapped (10.8 faults per call measured), and the warm-up's own garbage
-// is free to reuse.
+// on the VM we measure on (shadow paging); a pool pod's first claim
+// allocated its spans that way (15.4 faults per cold call in the
+// instance, docs/benchmarks.md). After this, new spans come from pages
+// already mapped (10.8 faults per call, measured on pods claimed within a
+// minute or so of starting). The runtime's scavenger may hand free pages
+// back to the OS after later collections (a forced one runs every two
+// minutes), so a pod that idles long before its claim may fault again:
+// not measured yet.
 func prefaultHeap(n int) {
 	b := make([]byte, n)
 	for i := 0; i < len(b); i += 4096 {
 		b[i] = 1
 	}
 	runtime.KeepAlive(b)
-	b = nil
 	runtime.GC()
 }
 

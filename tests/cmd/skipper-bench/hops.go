@@ -12,10 +12,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"slices"
@@ -132,10 +134,12 @@ func runHops(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("start the instance role: %w", err)
 	}
 	defer func() { stopInst(); _ = ic.Wait() }()
+	measured := 0
 	for _, c := range ctrls.Items {
 		if !ready(c) {
 			continue
 		}
+		measured++
 		cNS, err := findNetns(netns, func(s string) bool { return strings.HasSuffix(s, "-pod-"+string(c.UID)) })
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", c.Name, err)
@@ -146,6 +150,9 @@ func runHops(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 		fmt.Fprintf(stdout, "  controller %s (%s): first p50 %s, second p50 %s: %.1f×\n", c.Name, c.Spec.NodeName,
 			p50(cold).Round(time.Microsecond), p50(warm).Round(time.Microsecond), float64(p50(cold))/float64(p50(warm)))
+	}
+	if measured == 0 {
+		return errors.New("no ready controller pod in skipper-system to measure through")
 	}
 	return nil
 }
@@ -302,8 +309,15 @@ func serveHops(ctx context.Context, ln net.Listener, h func(kind byte) error) er
 	}
 }
 
+// hopTimeout bounds one round trip of the chain: a role that stops
+// answering fails the run rather than hang it.
+const hopTimeout = 5 * time.Second
+
 // roundTrip sends one message of kind on c and reads the answer into buf.
 func roundTrip(c net.Conn, buf []byte, kind byte) error {
+	if err := c.SetDeadline(time.Now().Add(hopTimeout)); err != nil {
+		return err
+	}
 	buf[0] = kind
 	if _, err := c.Write(buf); err != nil {
 		return err
@@ -361,16 +375,13 @@ func findNetns(names []string, match func(string) bool) (string, error) {
 }
 
 // hostOfURL returns the host of an http URL such as ROUTER_URL.
-func hostOfURL(u string) (string, error) {
-	h, _, err := net.SplitHostPort(strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://"))
-	if err != nil {
-		return "", fmt.Errorf("ROUTER_URL %q: %w", u, err)
+func hostOfURL(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Hostname() == "" {
+		return "", fmt.Errorf("ROUTER_URL %q: not a URL with a host (%v)", raw, err)
 	}
-	return h, nil
+	return u.Hostname(), nil
 }
 
-func p50(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
+// p50 is the median of ds by nearest rank (warm_stat.go's quantile).
+func p50(ds []time.Duration) time.Duration { return quantile(sortedCopy(ds), 0.5) }
