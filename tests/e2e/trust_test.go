@@ -136,6 +136,9 @@ func TestHostileCallers(t *testing.T) {
 		t.Fatal("no echo pods to take a workload's token from")
 	}
 	workload := &workloads[0]
+	// The first call's record (the pod's label) lands after the call:
+	// count the instances once it has.
+	waitFor(t, 10*time.Second, "the first call's instance recorded", func() bool { return instances(t, fn) > 0 })
 	before := instances(t, fn)
 	desired := functionStatus(t, fn)["desired"]
 
