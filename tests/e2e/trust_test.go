@@ -131,14 +131,20 @@ func TestHostileCallers(t *testing.T) {
 	id := func(p *corev1.Pod) *skipperv1.RouterIdentity {
 		return &skipperv1.RouterIdentity{Node: p.Spec.NodeName, Pod: p.Namespace + "/" + p.Name, Incarnation: "hostile"}
 	}
-	workloads := podsOf(t, "default", "skipper.dev/pool=echo")
-	if len(workloads) == 0 {
-		t.Fatal("no echo pods to take a workload's token from")
-	}
-	workload := &workloads[0]
 	// The first call's record (the pod's label) lands after the call:
-	// count the instances once it has.
+	// count the instances once it has. The pool then makes a replacement,
+	// which is not on a node at first: the workload is a scheduled pod.
 	waitFor(t, 10*time.Second, "the first call's instance recorded", func() bool { return instances(t, fn) > 0 })
+	var workload *corev1.Pod
+	waitFor(t, 30*time.Second, "an echo pod on a node, to take a workload's token from", func() bool {
+		for _, p := range podsOf(t, "default", "skipper.dev/pool=echo") {
+			if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
+				workload = &p
+				return true
+			}
+		}
+		return false
+	})
 	before := instances(t, fn)
 	desired := functionStatus(t, fn)["desired"]
 
