@@ -37,6 +37,7 @@ type burstConfig struct {
 	namespace  string
 	envFile    string
 	settleWait time.Duration
+	verbose    bool
 }
 
 // burstCall is one first call of the burst.
@@ -73,6 +74,7 @@ func runBurst(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.StringVar(&c.namespace, "namespace", "default", "namespace of the pools and Functions")
 	fs.StringVar(&c.envFile, "env", ".skipper/env", "the local cluster's env file")
 	fs.DurationVar(&c.settleWait, "settle", 2*time.Minute, "how long to wait for the pool to be ready before, and back at its minimum after")
+	fs.BoolVar(&c.verbose, "v", false, "also list every call: when it began and took, and when its pod was seen created and ready (from the first call)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -184,6 +186,11 @@ func runBurst(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	fmt.Fprintf(stdout, "  pool replicas: %d before, %d at the peak, %s\n", c.poolMin, peak, shrunk)
 	fmt.Fprintf(stdout, "  replicas over time (from the first call): %s\n", replicas.timeline(begin))
+	if c.verbose {
+		for _, line := range readyAt.callLines(calls, begin) {
+			fmt.Fprintln(stdout, "  "+line)
+		}
+	}
 	for _, f := range failed {
 		fmt.Fprintf(stdout, "  failed: %s\n", f)
 	}
@@ -276,6 +283,32 @@ func (l *readyLog) starts(from time.Time) ([]time.Duration, int) {
 		}
 	}
 	return out, n
+}
+
+// callLines is one line per call, from begin: when it began, how long it
+// took, and when the pod that answered was seen created and ready ("-"
+// for a pod that was there before the watch).
+func (l *readyLog) callLines(calls []burstCall, begin time.Time) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	off := func(t time.Time, ok bool) string {
+		if !ok {
+			return "-"
+		}
+		return fmt.Sprintf("%+.3fs", t.Sub(begin).Seconds())
+	}
+	var out []string
+	for _, cl := range calls {
+		r, rok := l.m[cl.podUID]
+		a, aok := l.added[cl.podUID]
+		warm := "waited"
+		if rok && r.Before(cl.start) {
+			warm = "ready"
+		}
+		out = append(out, fmt.Sprintf("%s: began %s took %s pod created %s ready %s (%s)",
+			cl.function, off(cl.start, true), cl.took.Round(time.Millisecond), off(a, aok), off(r, rok), warm))
+	}
+	return out
 }
 
 func (l *readyLog) at(uid string) (time.Time, bool) {

@@ -3,7 +3,7 @@
 // `make up` first, or let `make bench-coldstart` do it).
 //
 //	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
-//	skipper-bench burst [-n 30] [-spread 3s] [-pool-min 3] [-pool-max 40] [-window 10s]
+//	skipper-bench burst [-n 30] [-spread 3s] [-pool-min 3] [-pool-max 40] [-window 10s] [-v]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
 //	skipper-bench hops [-n 40] [-idle 300ms]
