@@ -29,8 +29,8 @@ type assignment struct {
 // rotated key (added, or dropped) is seen within a second of the kubelet
 // writing it, with no restart. KeepKeys reads the file twice as often, so
 // an assign reads it only before the file first loads or when KeepKeys
-// is not running (or falls behind); an assign that comes during
-// KeepKeys' read waits for it (keyMu).
+// is not running (or falls behind). KeepKeys reads the file outside
+// keyMu, so an assign never waits for its read.
 const keyRecheck = time.Second
 
 // Server is the echo runtime's HTTP handler. Its zero value is not usable;
@@ -45,7 +45,7 @@ type Server struct {
 	keyMu     sync.Mutex
 	keys      []ed25519.PublicKey // nil until the key file loads
 	keyRaw    []byte              // the file as keys were parsed from it
-	keyReadAt time.Time           // the last read, good or bad
+	keyReadAt time.Time           // when the last read applied began, good or bad
 	keyErr    string              // the last bad read's error, logged once
 
 	mu       sync.Mutex
@@ -95,8 +95,10 @@ func (s *Server) KeepKeys(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		began := s.now()
+		data, err := os.ReadFile(s.cfg.AssignKey)
 		s.keyMu.Lock()
-		_, _ = s.loadKeysLocked(s.now())
+		_, _ = s.applyKeysLocked(began, data, err)
 		s.keyMu.Unlock()
 	}
 }
@@ -104,8 +106,19 @@ func (s *Server) KeepKeys(ctx context.Context) {
 // loadKeysLocked reads the key file at now (publicKeys says what is
 // kept when it is missing or bad); keyMu is held.
 func (s *Server) loadKeysLocked(now time.Time) ([]ed25519.PublicKey, error) {
-	s.keyReadAt = now
 	data, err := os.ReadFile(s.cfg.AssignKey)
+	return s.applyKeysLocked(now, data, err)
+}
+
+// applyKeysLocked takes the key file as a read that began at began found
+// it (data, or err); keyMu is held. A read that began before the last one
+// applied is dropped: KeepKeys reads outside the lock, and its older copy
+// must not bring back a key a later read saw dropped.
+func (s *Server) applyKeysLocked(began time.Time, data []byte, err error) ([]ed25519.PublicKey, error) {
+	if s.keys != nil && began.Before(s.keyReadAt) {
+		return s.keys, nil
+	}
+	s.keyReadAt = began
 	if err == nil && s.keys != nil && bytes.Equal(data, s.keyRaw) {
 		return s.keys, nil
 	}

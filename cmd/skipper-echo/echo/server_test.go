@@ -418,6 +418,34 @@ func TestKeepKeys(t *testing.T) {
 	})
 }
 
+// TestKeyReadOutOfOrder: KeepKeys reads the file outside keyMu, so its
+// read can land after a later one an assign made; the older copy must not
+// bring back a key the later read saw dropped.
+func TestKeyReadOutOfOrder(t *testing.T) {
+	_, pem := newKey(t)
+	_, nextPEM := newKey(t)
+	s := NewServer(DefaultConfig(), slog.New(slog.DiscardHandler))
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	for _, step := range []struct {
+		name  string
+		began time.Time
+		file  []byte
+		want  int
+	}{
+		{"both keys, read at t0", t0, append(slices.Clip(pem), nextPEM...), 2},
+		{"the old key dropped, read at t0+2", t0.Add(2 * time.Millisecond), nextPEM, 1},
+		{"an older read of both lands late", t0.Add(time.Millisecond), append(slices.Clip(pem), nextPEM...), 1},
+		{"a newer read still applies", t0.Add(3 * time.Millisecond), append(slices.Clip(pem), nextPEM...), 2},
+	} {
+		keys, err := s.applyKeysLocked(step.began, step.file, nil)
+		if err != nil || len(keys) != step.want || len(s.keys) != step.want {
+			t.Errorf("%s: %d keys returned, %d kept (%v), want %d", step.name, len(keys), len(s.keys), err, step.want)
+		}
+	}
+}
+
 // TestAssignIDsBounded: the instance remembers at most so many ids, each
 // until its token expires; full, it refuses new tokens (503, retry)
 // rather than forget an id that could be replayed.
