@@ -42,11 +42,12 @@ type Server struct {
 	now func() time.Time
 	mux *http.ServeMux
 
-	keyMu     sync.Mutex
-	keys      []ed25519.PublicKey // nil until the key file loads
-	keyRaw    []byte              // the file as keys were parsed from it
-	keyReadAt time.Time           // when the last read applied began, good or bad
-	keyErr    string              // the last bad read's error, logged once
+	keyMu       sync.Mutex
+	keys        []ed25519.PublicKey // nil until the key file loads
+	keyRaw      []byte              // the file as keys were parsed from it
+	keyReadAt   time.Time           // when the latest read began, good or bad: how old the keys are
+	keyLoadedAt time.Time           // when the read the keys were last taken (or confirmed) from began
+	keyErr      string              // the last bad read's error, logged once
 
 	mu       sync.Mutex
 	assigned *assignment
@@ -79,7 +80,7 @@ func (s *Server) publicKeys(now time.Time) ([]ed25519.PublicKey, error) {
 	if s.keys != nil && now.Sub(s.keyReadAt) < keyRecheck {
 		return s.keys, nil
 	}
-	return s.loadKeysLocked(now)
+	return s.loadKeysLocked()
 }
 
 // KeepKeys reads the key file every keyRecheck/2 until ctx ends, so that
@@ -103,23 +104,32 @@ func (s *Server) KeepKeys(ctx context.Context) {
 	}
 }
 
-// loadKeysLocked reads the key file at now (publicKeys says what is
-// kept when it is missing or bad); keyMu is held.
-func (s *Server) loadKeysLocked(now time.Time) ([]ed25519.PublicKey, error) {
+// loadKeysLocked reads the key file (publicKeys says what is kept when
+// it is missing or bad); keyMu is held. The read is timed here, under the
+// lock, not when its caller asked: a KeepKeys read that began while the
+// caller waited for the lock is older than this one.
+func (s *Server) loadKeysLocked() ([]ed25519.PublicKey, error) {
+	began := s.now()
 	data, err := os.ReadFile(s.cfg.AssignKey)
-	return s.applyKeysLocked(now, data, err)
+	return s.applyKeysLocked(began, data, err)
 }
 
 // applyKeysLocked takes the key file as a read that began at began found
-// it (data, or err); keyMu is held. A read that began before the last one
-// applied is dropped: KeepKeys reads outside the lock, and its older copy
-// must not bring back a key a later read saw dropped.
+// it (data, or err); keyMu is held. KeepKeys reads outside the lock, so
+// its read may land after a later one: a read that began before the one
+// the keys were taken from is dropped, so an older copy cannot bring back
+// a key a later read saw dropped (a later read that failed drops nothing:
+// it told nothing of the keys). This orders reads by s.now, which is
+// monotonic outside tests.
 func (s *Server) applyKeysLocked(began time.Time, data []byte, err error) ([]ed25519.PublicKey, error) {
-	if s.keys != nil && began.Before(s.keyReadAt) {
+	if s.keys != nil && began.Before(s.keyLoadedAt) {
 		return s.keys, nil
 	}
-	s.keyReadAt = began
+	if began.After(s.keyReadAt) {
+		s.keyReadAt = began
+	}
 	if err == nil && s.keys != nil && bytes.Equal(data, s.keyRaw) {
+		s.keyLoadedAt = began
 		return s.keys, nil
 	}
 	var keys []ed25519.PublicKey
@@ -140,7 +150,7 @@ func (s *Server) applyKeysLocked(began time.Time, data []byte, err error) ([]ed2
 	if s.keys != nil {
 		s.log.Info("assign keys changed", "path", s.cfg.AssignKey, "keys", len(keys))
 	}
-	s.keys, s.keyRaw, s.keyErr = keys, data, ""
+	s.keys, s.keyRaw, s.keyErr, s.keyLoadedAt = keys, data, "", began
 	return keys, nil
 }
 

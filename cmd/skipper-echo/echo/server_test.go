@@ -419,30 +419,94 @@ func TestKeepKeys(t *testing.T) {
 }
 
 // TestKeyReadOutOfOrder: KeepKeys reads the file outside keyMu, so its
-// read can land after a later one an assign made; the older copy must not
-// bring back a key the later read saw dropped.
+// read can land after a later one; the older copy must not bring back a
+// key the later read saw dropped, and a later read that failed must not
+// hide what an older one found.
 func TestKeyReadOutOfOrder(t *testing.T) {
 	_, pem := newKey(t)
 	_, nextPEM := newKey(t)
-	s := NewServer(DefaultConfig(), slog.New(slog.DiscardHandler))
+	both := append(slices.Clip(pem), nextPEM...)
 	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
-	s.keyMu.Lock()
-	defer s.keyMu.Unlock()
-	for _, step := range []struct {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	type read struct {
 		name  string
 		began time.Time
-		file  []byte
+		file  []byte // nil: the read failed
 		want  int
+	}
+	for _, tc := range []struct {
+		name  string
+		reads []read
 	}{
-		{"both keys, read at t0", t0, append(slices.Clip(pem), nextPEM...), 2},
-		{"the old key dropped, read at t0+2", t0.Add(2 * time.Millisecond), nextPEM, 1},
-		{"an older read of both lands late", t0.Add(time.Millisecond), append(slices.Clip(pem), nextPEM...), 1},
-		{"a newer read still applies", t0.Add(3 * time.Millisecond), append(slices.Clip(pem), nextPEM...), 2},
+		{"an older read lands late", []read{
+			{"both keys", at(0), both, 2},
+			{"the old key dropped", at(2), nextPEM, 1},
+			{"an older read of both, late", at(1), both, 1},
+			{"a newer read of both", at(3), both, 2},
+		}},
+		{"a later failed read hides nothing", []read{
+			{"one key", at(0), pem, 1},
+			{"a failed read", at(2), nil, 1},
+			{"an older read that found a key added", at(1), both, 2},
+		}},
+		{"the first load takes any read", []read{
+			{"a failed read first", at(5), nil, 0},
+			{"an older read that found the file", at(1), pem, 1},
+		}},
 	} {
-		keys, err := s.applyKeysLocked(step.began, step.file, nil)
-		if err != nil || len(keys) != step.want || len(s.keys) != step.want {
-			t.Errorf("%s: %d keys returned, %d kept (%v), want %d", step.name, len(keys), len(s.keys), err, step.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewServer(DefaultConfig(), slog.New(slog.DiscardHandler))
+			s.keyMu.Lock()
+			defer s.keyMu.Unlock()
+			for _, r := range tc.reads {
+				var err error
+				if r.file == nil {
+					err = os.ErrNotExist
+				}
+				s.applyKeysLocked(r.began, r.file, err)
+				if len(s.keys) != r.want {
+					t.Errorf("%s: %d keys kept, want %d", r.name, len(s.keys), r.want)
+				}
+			}
+		})
+	}
+}
+
+// TestAssignReadTimedUnderLock: an assign that finds its keys stale reads
+// the file under keyMu and times the read then, not when it asked: a
+// KeepKeys read that began while it waited for the lock (and saw a key
+// the file has dropped since) lands after it and is dropped.
+func TestAssignReadTimedUnderLock(t *testing.T) {
+	_, pem := newKey(t)
+	_, nextPEM := newKey(t)
+	path := filepath.Join(t.TempDir(), "ed25519.pub")
+	if err := os.WriteFile(path, append(slices.Clip(pem), nextPEM...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.AssignKey = path
+	s := NewServer(cfg, slog.New(slog.DiscardHandler))
+	t0 := time.Date(2026, 12, 3, 9, 0, 0, 0, time.UTC)
+	clock := t0
+	s.now = func() time.Time { return clock }
+	if keys, err := s.publicKeys(s.now()); err != nil || len(keys) != 2 {
+		t.Fatalf("first load: %d keys, %v", len(keys), err)
+	}
+	asked := t0.Add(2 * keyRecheck) // the assign's own time, the keys stale by then
+	kept := t0.Add(2*keyRecheck + time.Millisecond)
+	if err := os.WriteFile(path, nextPEM, 0o644); err != nil { // the old key dropped
+		t.Fatal(err)
+	}
+	clock = kept.Add(time.Millisecond) // the assign holds the lock now
+	if keys, err := s.publicKeys(asked); err != nil || len(keys) != 1 {
+		t.Fatalf("the assign's read: %d keys, %v; want 1", len(keys), err)
+	}
+	s.keyMu.Lock()
+	s.applyKeysLocked(kept, append(slices.Clip(pem), nextPEM...), nil) // KeepKeys' copy, read before the drop
+	n := len(s.keys)
+	s.keyMu.Unlock()
+	if n != 1 {
+		t.Errorf("a KeepKeys read that began before the assign's brought back the dropped key: %d keys", n)
 	}
 }
 

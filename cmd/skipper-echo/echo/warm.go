@@ -105,8 +105,9 @@ const prefaultBytes = 2 << 20
 // already mapped (10.8 faults per call, measured on pods claimed within a
 // minute or so of starting). The runtime's scavenger may hand free pages
 // back to the OS after later collections (a forced one runs every two
-// minutes), but a pod idle for 16 minutes took 2 faults in its cold call
-// against 3–17 for pods seconds old (docs/benchmarks.md).
+// minutes), but two pods idle for 16 minutes took 2 minor faults each in
+// their cold call against 3–17 for five pods seconds old
+// (docs/benchmarks.md).
 func prefaultHeap(n int) {
 	b := make([]byte, n)
 	for i := 0; i < len(b); i += 4096 {

@@ -286,8 +286,10 @@ func (l *readyLog) starts(from time.Time) ([]time.Duration, int) {
 }
 
 // callLines is one line per call, from begin: when it began, how long it
-// took, and when the pod that answered was seen created and ready ("-"
-// for a pod that was there before the watch).
+// took, and when the pod that answered was seen created and ready ("-":
+// created before the watch's first second, or never seen ready), and
+// whether it counts as served by a pod ready before the call (as the
+// summary counts it: failed calls do not).
 func (l *readyLog) callLines(calls []burstCall, begin time.Time) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -302,7 +304,10 @@ func (l *readyLog) callLines(calls []burstCall, begin time.Time) []string {
 		r, rok := l.m[cl.podUID]
 		a, aok := l.added[cl.podUID]
 		warm := "waited"
-		if rok && r.Before(cl.start) {
+		switch {
+		case cl.err != nil:
+			warm = "failed: " + cl.err.Error()
+		case rok && r.Before(cl.start):
 			warm = "ready"
 		}
 		out = append(out, fmt.Sprintf("%s: began %s took %s pod created %s ready %s (%s)",
