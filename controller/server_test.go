@@ -1047,6 +1047,13 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 		st, err := a.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
 		return err == nil && len(st.GetRingMembers()) == 2 && len(st.GetFunctions()) == 0
 	})
+	// B's own view too: a report B takes before its ring names it the
+	// owner subscribes nothing (the router's next report would; this test
+	// sends one). CI once sent it 1 ms before B's ring changed.
+	eventually(t, "B sees itself in the ring", func() bool {
+		st, err := b.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
+		return err == nil && len(st.GetRingMembers()) == 2
+	})
 	sb, cancelB := connect(b)
 	defer cancelB()
 	if err := sb.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: &skipperv1.Report{
