@@ -162,13 +162,15 @@ func runBurst(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var failed []string
 	warmServed := 0
 	var lat []time.Duration
-	for _, cl := range calls {
+	served := make([]bool, len(calls)) // by a pod ready before the call began
+	for i, cl := range calls {
 		if cl.err != nil {
 			failed = append(failed, fmt.Sprintf("%s: %v", cl.function, cl.err))
 			continue
 		}
 		lat = append(lat, cl.took)
 		if t, ok := readyAt.at(cl.podUID); ok && t.Before(cl.start) {
+			served[i] = true
 			warmServed++
 		}
 	}
@@ -187,7 +189,7 @@ func runBurst(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fmt.Fprintf(stdout, "  pool replicas: %d before, %d at the peak, %s\n", c.poolMin, peak, shrunk)
 	fmt.Fprintf(stdout, "  replicas over time (from the first call): %s\n", replicas.timeline(begin))
 	if c.verbose {
-		for _, line := range readyAt.callLines(calls, begin) {
+		for _, line := range readyAt.callLines(calls, served, begin) {
 			fmt.Fprintln(stdout, "  "+line)
 		}
 	}
@@ -288,9 +290,9 @@ func (l *readyLog) starts(from time.Time) ([]time.Duration, int) {
 // callLines is one line per call, from begin: when it began, how long it
 // took, and when the pod that answered was seen created and ready ("-":
 // created before the watch's first second, or never seen ready), and
-// whether it counts as served by a pod ready before the call (as the
-// summary counts it: failed calls do not).
-func (l *readyLog) callLines(calls []burstCall, begin time.Time) []string {
+// whether it was served by a pod ready before the call (served, as the
+// summary counted it).
+func (l *readyLog) callLines(calls []burstCall, served []bool, begin time.Time) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	off := func(t time.Time, ok bool) string {
@@ -300,14 +302,14 @@ func (l *readyLog) callLines(calls []burstCall, begin time.Time) []string {
 		return fmt.Sprintf("%+.3fs", t.Sub(begin).Seconds())
 	}
 	var out []string
-	for _, cl := range calls {
+	for i, cl := range calls {
 		r, rok := l.m[cl.podUID]
 		a, aok := l.added[cl.podUID]
 		warm := "waited"
 		switch {
 		case cl.err != nil:
 			warm = "failed: " + cl.err.Error()
-		case rok && r.Before(cl.start):
+		case served[i]:
 			warm = "ready"
 		}
 		out = append(out, fmt.Sprintf("%s: began %s took %s pod created %s ready %s (%s)",
