@@ -11,7 +11,7 @@ KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION
 KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
 # Binaries of the main module: name -> package.
 SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
-TEST_BINS    := skipper-cluster skipper-nodeagent skipper-bench
+TEST_BINS    := skipper-cluster skipper-nodeagent skipper-container-init skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
 .PHONY: proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean

@@ -124,8 +124,10 @@ func (c *Config) preflight() error {
 			errs = append(errs, fmt.Errorf("%s missing: run 'make kube' (builds bin/kube and its symlinks)", c.kube(name)))
 		}
 	}
-	if _, err := os.Stat(filepath.Join(c.BinDir, "skipper-nodeagent")); err != nil {
-		errs = append(errs, fmt.Errorf("%s missing: run 'make build'", filepath.Join(c.BinDir, "skipper-nodeagent")))
+	for _, name := range []string{"skipper-nodeagent", "skipper-container-init"} {
+		if _, err := os.Stat(filepath.Join(c.BinDir, name)); err != nil {
+			errs = append(errs, fmt.Errorf("%s missing: run 'make build'", filepath.Join(c.BinDir, name)))
+		}
 	}
 	for _, dir := range c.Apply {
 		if !hasKustomization(dir) {

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -27,12 +28,8 @@ import (
 	"k8s.io/client-go/tools/record"
 )
 
-// Run is the command line of bin/skipper-nodeagent (and of its hidden
-// container-init subcommand).
+// Run is the command line of bin/skipper-nodeagent.
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
-	if len(args) > 0 && args[0] == containerInitArg {
-		return RunContainerInit()
-	}
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
@@ -53,7 +50,7 @@ type Agent struct {
 	cfg     Config
 	log     *slog.Logger
 	cs      kubernetes.Interface
-	self    string // this binary, re-executed as the container init
+	init    []string // the container init's argv (Config.ContainerInit)
 	machine machine
 	started time.Time
 	nodeUID types.UID
@@ -82,9 +79,9 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	self, err := os.Executable()
+	init, err := containerInit(cfg.ContainerInit)
 	if err != nil {
-		return nil, fmt.Errorf("own executable: %w", err)
+		return nil, err
 	}
 	ipam, err := NewIPAM(cfg.PodCIDR)
 	if err != nil {
@@ -94,7 +91,7 @@ func New(cfg Config, log *slog.Logger) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: log.With("node", cfg.NodeName), cs: cs, self: self, machine: readMachine(),
+	return &Agent{cfg: cfg, log: log.With("node", cfg.NodeName), cs: cs, init: []string{init}, machine: readMachine(),
 		started: time.Now(), ipam: ipam, workers: map[types.UID]*podWorker{},
 		net: podNet{CIDR: cfg.PodCIDR, Prefix: cfg.PodNetnsPrefix}, cgroups: cgroups}, nil
 }
@@ -248,4 +245,25 @@ func (a *Agent) requestToken(ctx context.Context, pod *corev1.Pod, audience stri
 		return "", time.Time{}, fmt.Errorf("token for serviceaccount %s/%s: %w", pod.Namespace, sa, err)
 	}
 	return out.Status.Token, out.Status.ExpirationTimestamp.Time, nil
+}
+
+// containerInit is the container init binary: path, or by default
+// skipper-container-init next to the agent's own executable. It must be
+// there: without it no container starts.
+func containerInit(path string) (string, error) {
+	if path == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("own executable: %w", err)
+		}
+		path = filepath.Join(filepath.Dir(self), "skipper-container-init")
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", fmt.Errorf("container init: %w (build it with make build, or name it with --container-init)", err)
+	}
+	if st.IsDir() || st.Mode()&0o111 == 0 {
+		return "", fmt.Errorf("container init %s: not an executable file", path)
+	}
+	return path, nil
 }

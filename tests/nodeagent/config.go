@@ -55,6 +55,10 @@ type Config struct {
 	PodNetnsPrefix string
 	// KubeletVersion is reported in the Node's nodeInfo. Default v1.37.2.
 	KubeletVersion string
+	// ContainerInit is the container init binary (package containerinit)
+	// started for every container. Default: skipper-container-init next to
+	// the agent's own executable.
+	ContainerInit string
 }
 
 func defaultConfig() Config {
@@ -144,6 +148,7 @@ func parseFlags(args []string, stderr io.Writer) (*Config, error) {
 	fs.DurationVar(&c.VolumeResync, "volume-resync", envDuration("SKIPPER_NODEAGENT_VOLUME_RESYNC", c.VolumeResync), "how often running pods' volumes are rewritten from the API [SKIPPER_NODEAGENT_VOLUME_RESYNC]")
 	fs.StringVar(&c.Cgroup, "cgroup", env("SKIPPER_NODEAGENT_CGROUP", ""), "the node's cgroup2 directory: pod cgroups go under it (kubepods/<qos>/pod<uid>/<container>) and at the same relative path in the v1 cpu, cpuacct, memory and pids hierarchies; empty: no pod cgroups [SKIPPER_NODEAGENT_CGROUP]")
 	fs.StringVar(&c.PodNetnsPrefix, "pod-netns-prefix", env("SKIPPER_NODEAGENT_POD_NETNS_PREFIX", ""), "prefix of the pods' network namespace names (prefix + pod UID, under /run/netns); the agent deletes every namespace with it at start and exit (default: skipper-<node-name>-pod-) [SKIPPER_NODEAGENT_POD_NETNS_PREFIX]")
+	fs.StringVar(&c.ContainerInit, "container-init", env("SKIPPER_NODEAGENT_CONTAINER_INIT", ""), "the container init binary started for every container: it sets up the container's mount namespace and execs its command (default: skipper-container-init next to this binary) [SKIPPER_NODEAGENT_CONTAINER_INIT]")
 	fs.StringVar(&c.KubeletVersion, "kubelet-version", env("SKIPPER_NODEAGENT_KUBELET_VERSION", c.KubeletVersion), "version reported as the Node's kubeletVersion [SKIPPER_NODEAGENT_KUBELET_VERSION]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usage)

@@ -8,28 +8,16 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"skipper.dev/skipper/tests/linuxhost"
+	"skipper.dev/skipper/tests/nodeagent/containerinit"
 )
 
-// containerInitArg is the hidden subcommand the agent re-executes itself
-// with to set up a container's mount namespace before exec'ing it.
-const containerInitArg = "__skipper_container_init"
-
 // execSpec is what the agent hands the container init over its pipe.
-type execSpec struct {
-	Path string   `json:"path"`
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Dir  string   `json:"dir"`
-}
+type execSpec = containerinit.ExecSpec
 
 // process is a running container process.
 type process struct {
@@ -56,13 +44,17 @@ type startSpec struct {
 	Cgroups []string
 }
 
-// startContainer re-executes the agent binary as the container init in a
-// new mount namespace (Unshareflags CLONE_NEWNS makes / rprivate) inside the
+// startContainer starts the container init (init: its argv, normally
+// bin/skipper-container-init; package containerinit) in a new mount
+// namespace (Unshareflags CLONE_NEWNS makes / rprivate) inside the
 // pod's network namespace, lets it mount a private tmpfs on /run, moves it
 // into the container's cgroups, runs Prepare to write the volumes there,
 // then lets it exec the container binary. The process leads its own process
 // group and gets SIGKILL when the agent dies.
-func startContainer(self string, s startSpec) (*process, error) {
+func startContainer(init []string, s startSpec) (*process, error) {
+	if len(init) == 0 {
+		return nil, errors.New("start container: no container init")
+	}
 	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("container log: %w", err)
@@ -81,7 +73,7 @@ func startContainer(self string, s startSpec) (*process, error) {
 	defer statusR.Close()
 	defer statusW.Close()
 
-	cmd := exec.Command(self, containerInitArg)
+	cmd := exec.Command(init[0], init[1:]...)
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.Stdin = nil
@@ -181,89 +173,4 @@ func (p *process) stop(grace time.Duration) {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
 	}
-}
-
-// RunContainerInit is the container init (the hidden subcommand): it runs in
-// the container's fresh mount namespace, mounts a private tmpfs on /run,
-// reports "ok" on fd 4, waits for the agent to write the volumes and send
-// the exec spec on fd 3, and execs the container binary. It returns only on
-// failure.
-func RunContainerInit() error {
-	ppid := os.Getppid()
-	spec := os.NewFile(3, "spec")
-	status := os.NewFile(4, "status")
-	if spec == nil || status == nil {
-		return errors.New("container init: fds 3 and 4 missing (this subcommand is for the node agent only)")
-	}
-	report := func(err error) error {
-		fmt.Fprintf(status, "%v\n", err)
-		return err
-	}
-	// / is already rprivate (Unshareflags); nothing here reaches the host.
-	// The copies of the host's mounts under /run go first: hidden under the
-	// tmpfs they would still pin what they hold, such as other pods'
-	// network namespaces bound under /run/netns.
-	if err := detachMountsUnder("/run"); err != nil {
-		return report(err)
-	}
-	if err := unix.Mount("tmpfs", "/run", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64m"); err != nil {
-		return report(fmt.Errorf("mount private /run: %w", err))
-	}
-	if _, err := fmt.Fprintln(status, "ok"); err != nil {
-		return err
-	}
-	var es execSpec
-	if err := json.NewDecoder(spec).Decode(&es); err != nil {
-		return report(fmt.Errorf("read exec spec: %w", err))
-	}
-	spec.Close()
-	dir := es.Dir
-	if dir == "" {
-		dir = "/"
-	}
-	if err := os.Chdir(dir); err != nil {
-		return report(fmt.Errorf("working directory %s: %w", dir, err))
-	}
-	unix.CloseOnExec(4)
-	// The agent's PR_SET_PDEATHSIG belongs to this process's first thread;
-	// an exec from another thread of the Go runtime makes that thread the
-	// process and drops it, and the container would outlive a killed agent.
-	// Set it again on the exec'ing thread, then make sure the agent did not
-	// die in between.
-	runtime.LockOSThread()
-	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0, 0, 0); err != nil {
-		return report(fmt.Errorf("parent-death signal: %w", err))
-	}
-	if os.Getppid() != ppid {
-		return report(errors.New("the node agent died before the container started"))
-	}
-	err := syscall.Exec(es.Path, es.Argv, es.Env)
-	return report(fmt.Errorf("exec %s: %w", es.Path, err))
-}
-
-// detachMountsUnder lazily unmounts every mount at or below dir in this
-// mount namespace, deepest first.
-func detachMountsUnder(dir string) error {
-	data, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return fmt.Errorf("read mountinfo: %w", err)
-	}
-	var points []string
-	for line := range strings.Lines(string(data)) {
-		f := strings.Fields(line)
-		if len(f) < 5 {
-			continue
-		}
-		mp := linuxhost.UnescapeMount(f[4])
-		if mp == dir || strings.HasPrefix(mp, dir+"/") {
-			points = append(points, mp)
-		}
-	}
-	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
-	for _, mp := range points {
-		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			return fmt.Errorf("detach %s: %w", mp, err)
-		}
-	}
-	return nil
 }

@@ -12,13 +12,29 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"skipper.dev/skipper/tests/nodeagent/containerinit"
 )
 
-// TestMain lets the test binary act as the container init, as the agent
-// binary does when it re-executes itself, and checks for leaked goroutines.
+// containerInitArg makes the test binary the container init
+// (bin/skipper-container-init's own code, package containerinit), so that
+// these tests need no built binary.
+const containerInitArg = "__skipper_container_init"
+
+// testInit is the container init's argv for startContainer in tests.
+func testInit(t testing.TB) []string {
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{self, containerInitArg}
+}
+
+// TestMain lets the test binary act as the container init and checks for
+// leaked goroutines.
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == containerInitArg {
-		if err := RunContainerInit(); err != nil {
+		if err := containerinit.Run(); err != nil {
 			os.Exit(127)
 		}
 	}
@@ -37,14 +53,10 @@ func requireRoot(t *testing.T) {
 
 func TestStartContainerPrivateRun(t *testing.T) {
 	requireRoot(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(t.TempDir(), "c.log")
 	target := "/run/skipper-test-" + strings.ReplaceAll(t.Name(), "/", "_")
 	t.Cleanup(func() { os.RemoveAll(target) })
-	p, err := startContainer(self, startSpec{
+	p, err := startContainer(testInit(t), startSpec{
 		Exec: execSpec{Path: "/bin/sh", Argv: []string{"sh", "-c", `cat ` + target + `/hello; echo " $GREETING"; pwd`},
 			Env: []string{"GREETING=hi"}, Dir: "/tmp"},
 		LogPath:     logPath,
@@ -71,13 +83,12 @@ func TestStartContainerPrivateRun(t *testing.T) {
 
 func TestStartContainerExecFailureAndStop(t *testing.T) {
 	requireRoot(t)
-	self, _ := os.Executable()
 	logPath := filepath.Join(t.TempDir(), "c.log")
-	if _, err := startContainer(self, startSpec{Exec: execSpec{Path: "/nonexistent/bin", Argv: []string{"x"}}, LogPath: logPath, InitTimeout: 5 * time.Second}); err == nil ||
+	if _, err := startContainer(testInit(t), startSpec{Exec: execSpec{Path: "/nonexistent/bin", Argv: []string{"x"}}, LogPath: logPath, InitTimeout: 5 * time.Second}); err == nil ||
 		!strings.Contains(err.Error(), "exec /nonexistent/bin") {
 		t.Errorf("exec failure: got %v", err)
 	}
-	p, err := startContainer(self, startSpec{Exec: execSpec{Path: "/bin/sleep", Argv: []string{"sleep", "60"}}, LogPath: logPath, InitTimeout: 5 * time.Second})
+	p, err := startContainer(testInit(t), startSpec{Exec: execSpec{Path: "/bin/sleep", Argv: []string{"sleep", "60"}}, LogPath: logPath, InitTimeout: 5 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +119,7 @@ const testAgentArg = "__skipper_test_agent"
 
 func runTestAgent() {
 	self, _ := os.Executable()
-	p, err := startContainer(self, startSpec{Exec: execSpec{Path: "/bin/sleep", Argv: []string{"sleep", "60"}},
+	p, err := startContainer([]string{self, containerInitArg}, startSpec{Exec: execSpec{Path: "/bin/sleep", Argv: []string{"sleep", "60"}},
 		LogPath: os.DevNull, InitTimeout: 10 * time.Second,
 		// The init blocks on its pipe meanwhile, long enough for the Go
 		// scheduler to hand its P on and resume it on another thread, as a
@@ -156,4 +167,37 @@ func procAlive(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(data), ')')
 	return i > 0 && i+2 < len(data) && data[i+2] != 'Z' && data[i+2] != 'X'
+}
+
+// TestContainerInitPath: the container init is found next to the agent, or
+// where --container-init says; a missing or non-executable one is an error
+// that says how to get it.
+func TestContainerInitPath(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "init")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := containerInit(exe); err != nil || got != exe {
+		t.Errorf("containerInit(%q) = %q, %v; want it back", exe, got, err)
+	}
+	for _, bad := range []string{filepath.Join(dir, "missing"), plain, dir} {
+		if got, err := containerInit(bad); err == nil {
+			t.Errorf("containerInit(%q) = %q; want an error", bad, got)
+		}
+	}
+	if _, err := containerInit(filepath.Join(dir, "missing")); err == nil || !strings.Contains(err.Error(), "make build") {
+		t.Errorf("a missing init's error should say how to build it: %v", err)
+	}
+	// The default is skipper-container-init beside the running binary (here
+	// the test binary, which has none beside it).
+	self, _ := os.Executable()
+	want := filepath.Join(filepath.Dir(self), "skipper-container-init")
+	if _, err := containerInit(""); err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("default: got %v, want an error naming %s", err, want)
+	}
 }

@@ -25,8 +25,10 @@
 //   - Image: the image repository (any tag) maps to a directory with
 //     --image-dir; the executable is <dir>/<basename of command[0]>. An
 //     unmapped image leaves the container Waiting with ErrImageNeverPull.
-//   - Mounts: each container process starts as the agent binary re-executed
-//     with a hidden subcommand in a new mount namespace (/ made rprivate); it
+//   - Mounts: each container process starts as the container init
+//     (bin/skipper-container-init, package containerinit: a small binary of
+//     its own, since a Go program pays for its packages' initialisation at
+//     every start) in a new mount namespace (/ made rprivate); it
 //     detaches the host's mounts under /run (copies of other pods' netns
 //     bind mounts would pin them) and mounts a private tmpfs on /run, the
 //     agent moves it into its cgroups, writes the container's
@@ -57,8 +59,8 @@
 //
 // # Driving it
 //
-// Run(ctx, args, stderr) is bin/skipper-nodeagent's command line, including
-// the hidden container-init subcommand; the agent runs until ctx ends, then
+// Run(ctx, args, stderr) is bin/skipper-nodeagent's command line (it finds
+// the container init beside itself, or at --container-init); the agent runs until ctx ends, then
 // stops its pods. skipper-cluster starts one per node inside the node's
 // network namespace, in the leaf <node cgroup>/system.
 package nodeagent

@@ -479,7 +479,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c *ctr,
 	if dir == "" {
 		dir = "/"
 	}
-	proc, err := startContainer(w.a.self, startSpec{
+	proc, err := startContainer(w.a.init, startSpec{
 		Exec:        execSpec{Path: path, Argv: argv, Env: env, Dir: dir},
 		LogPath:     logPath,
 		InitTimeout: initTimeout,

@@ -214,9 +214,8 @@ func TestStartContainerNetnsAndCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	self, _ := os.Executable()
 	logPath := filepath.Join(t.TempDir(), "c.log")
-	p, err := startContainer(self, startSpec{
+	p, err := startContainer(testInit(t), startSpec{
 		Exec:    execSpec{Path: "/bin/sh", Argv: []string{"sh", "-c", "cat /proc/self/cgroup; ip -4 -o addr show dev eth0"}},
 		LogPath: logPath, InitTimeout: 10 * time.Second, Netns: netnsName, Cgroups: dirs,
 	})
