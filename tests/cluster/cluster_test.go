@@ -155,6 +155,7 @@ func TestClusterUpDown(t *testing.T) {
 		}
 	}
 	build("skipper-nodeagent", "../cmd/skipper-nodeagent")
+	build("skipper-container-init", "../cmd/skipper-container-init")
 	build("webapp", "./testdata/webapp")
 	manifests := t.TempDir()
 	if err := os.WriteFile(filepath.Join(manifests, "kustomization.yaml"), []byte("resources: [app.yaml]\n"), 0o644); err != nil {
