@@ -221,10 +221,10 @@ Usage:
 network (bridge skipper-br0 198.51.100.1/24, node N in netns skipper-node<N> at
 198.51.100.<10+N> with pods in 198.18.<N>.0/24, each pod in its own netns on
 the node's bridge cbr0), starts etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler (from bin/kube), and per node one bin/skipper-nodeagent and one
-kube-proxy, applies each --apply directory with
-'kubectl apply --server-side -k', waits for --function to answer through node 1's
-router, writes .skipper/env and prints one line 'skipper: ready ...'.
+kube-scheduler (from bin/kube), and per node one bin/skipper-nodeagent (which
+starts each container through bin/skipper-container-init) and one kube-proxy,
+applies each --apply directory with 'kubectl apply --server-side -k', waits
+for --function to answer through node 1's router, writes .skipper/env and prints one line 'skipper: ready ...'.
 `
 
 // parseFlags parses the flags of up and down into a Config.

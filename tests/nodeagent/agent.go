@@ -258,6 +258,11 @@ func containerInit(path string) (string, error) {
 		}
 		path = filepath.Join(filepath.Dir(self), "skipper-container-init")
 	}
+	// Absolute: containers start with / as their working directory.
+	path, err := filepath.Abs(path)
+	if err != nil {
+		return "", fmt.Errorf("container init %s: %w", path, err)
+	}
 	st, err := os.Stat(path)
 	if err != nil {
 		return "", fmt.Errorf("container init: %w (build it with make build, or name it with --container-init)", err)
