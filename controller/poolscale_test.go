@@ -67,8 +67,8 @@ func TestPoolStats(t *testing.T) {
 	s.observe(poolPod("claimed-early", "echo", claimedBy(testFunction("hello"))), now.Add(time.Hour), false)
 	s.observe(poolPod("gone", "echo", notReady), now, true)
 	s.forget(key, "uid-gone")
-	if ready := s.snapshot(key, now, 30*time.Second).readyTime; ready != 200*time.Millisecond {
-		t.Errorf("ready time %s, want the median 200ms", ready)
+	if ready := s.snapshot(key, now, 30*time.Second).readyTime; ready != 300*time.Millisecond {
+		t.Errorf("ready time %s, want the third quartile 300ms", ready)
 	}
 	if n := len(s.pools[key].born); n != 0 {
 		t.Errorf("%d pod starts still being timed, want 0", n)
@@ -96,26 +96,32 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 		s.observe(poolPod(name, "echo", notReady), now.Add(born), true)
 		s.observe(poolPod(name, "echo"), now.Add(ready), true)
 	}
-	recorded := func(name string, seen time.Duration, live bool) {
+	// recorded: a claim made at claimed, its record seen at seen.
+	recorded := func(name string, claimed, seen time.Duration, live bool) {
 		p := poolPod(name, "echo", claimedBy(testFunction("hello")))
-		p.Annotations = map[string]string{annClaimedAt: now.Add(seen - time.Millisecond).Format(time.RFC3339Nano)}
+		p.Annotations = map[string]string{annClaimedAt: now.Add(claimed).Format(time.RFC3339Nano)}
 		s.observe(p, now.Add(seen), live)
 	}
 	// Claims in the informer's first list ask for nothing: their
 	// replacements started before this replica watched (a restart).
 	for i := range 40 {
-		recorded(fmt.Sprint("before-", i), -time.Duration(i)*time.Minute/5, false)
+		at := -time.Duration(i) * time.Minute / 5
+		recorded(fmt.Sprint("before-", i), at, at, false)
 	}
-	s.claimed(key, "own", now, now)                    // this replica's own claim: the rate now, the order when its record is seen
-	recorded("own", 0, true)                           // its replacement: 2s
-	s.scaled(key, now.Add(500*time.Millisecond), 3, 5) // two more: 1.5s, 1.5s
-	recorded("other", -time.Second, true)              // another replica's, seen late: the oldest order, 3s
-	recorded("own", time.Second, true)                 // seen again: asks for nothing more
+	// A claim's replacement is timed from the claim, not from its record
+	// seen: the slot was taken at the claim.
+	s.claimed(key, "own", now, now)                             // this replica's own claim: the rate now, the order when its record is seen
+	recorded("own", 0, 200*time.Millisecond, true)              // its replacement: 2s
+	s.scaled(key, now.Add(500*time.Millisecond), 3, 5)          // two more: 1.5s, 1.5s
+	recorded("other", -time.Second, 0, true)                    // another replica's, claimed 1s earlier: the oldest order, 3s
+	recorded("own", 0, time.Second, true)                       // seen again: asks for nothing more
+	recorded("outage", -time.Hour, 1500*time.Millisecond, true) // recorded after an outage: ordered when its record is seen
 	for i := range 4 {
 		start(fmt.Sprint("r", i), 1500*time.Millisecond, 2*time.Second)
 	}
-	start("spare", 2*time.Second, 2100*time.Millisecond) // nothing asked for it: seen created → ready
-	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 100 * time.Millisecond}
+	start("spare", 2*time.Second, 2100*time.Millisecond)  // the outage's replacement: from its record seen, 600ms
+	start("spare2", 2*time.Second, 2100*time.Millisecond) // nothing asked for it: seen created → ready
+	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 600 * time.Millisecond, 100 * time.Millisecond}
 	if got := s.pools[key].ready; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("pod starts %v, want %v", got, want)
 	}

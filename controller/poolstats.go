@@ -28,9 +28,15 @@ const (
 	// this replica did not see started first).
 	maxPoolOrders = 1000
 	maxOrderAge   = 2 * time.Minute
+	// maxRecordDelay is the longest claim-to-record delay a replacement's
+	// start is timed from the claim over; a record later than that is
+	// timed from when it was seen.
+	maxRecordDelay = 5 * time.Second
 	// readySamples is how many of a pool's latest pod starts its ready
-	// time is the median of.
-	readySamples = 16
+	// time is taken from: their third quartile (readyQuantile), so a pool
+	// is sized for its slower starts, not its typical one.
+	readySamples  = 16
+	readyQuantile = 0.75
 	// writtenTrust is how long the replicas this replica patched are taken
 	// over the informer's older view of them.
 	writtenTrust = 5 * time.Second
@@ -48,11 +54,13 @@ type poolStats struct {
 // poolRecord is one pool's claims, pod starts and decisions.
 //
 // A pod start is timed from what asked for the pod, oldest first: a
-// claim's record seen (the ReplicaSet replaces the pod it no longer
-// matches) or a scale-up, to a pod seen created and then ready; with
-// nothing asked for, from when it was seen created. So the ready time is
-// what a claim waits for when the pool is empty: the ReplicaSet's and the
-// scheduler's reaction and the pod's own start. Claims in the informer's
+// claim (its replacement comes once its record is seen: the ReplicaSet
+// replaces the pod it no longer matches) or a scale-up, to a pod seen
+// created and then ready; with nothing asked for, from when it was seen
+// created. So the ready time is how long a claim keeps its slot of the
+// pool from the next claim (the record's delay, the ReplicaSet's and the
+// scheduler's reaction and the pod's own start), and what a claim waits
+// for when the pool is empty. Claims in the informer's
 // first list ask for nothing: their replacements started before this
 // replica watched.
 type poolRecord struct {
@@ -218,7 +226,16 @@ func (s *poolStats) observe(p *corev1.Pod, now time.Time, live bool) {
 		if !r.ordered[p.UID] {
 			r.ordered[p.UID] = true
 			if live {
-				r.order(now, 1) // the record is in: the ReplicaSet makes its replacement
+				// The record is in: the ReplicaSet makes its replacement.
+				// The claim's slot was taken at the claim, not here, so
+				// its replacement is timed from the claim: the record's
+				// delay counts, up to maxRecordDelay (a longer one is
+				// an outage of the API server, not the pool's pace).
+				at := now
+				if t, err := time.Parse(time.RFC3339Nano, p.Annotations[annClaimedAt]); err == nil && t.Before(now) && !t.Before(now.Add(-maxRecordDelay)) {
+					at = t
+				}
+				r.order(at, 1)
 			}
 		}
 		delete(r.born, p.UID)
@@ -262,7 +279,7 @@ func (s *poolStats) forget(key string, uid types.UID) {
 // poolSnapshot is what the pool autoscaler decides from, of one pool.
 type poolSnapshot struct {
 	claims    []time.Time         // within the window asked for
-	readyTime time.Duration       // the median measured pod start; 0: none measured
+	readyTime time.Duration       // the measured pod starts' readyQuantile; 0: none measured
 	recent    []scaling.PoolPoint // the latest decisions' demand
 	lastUp    time.Time           // the latest scale-up
 }
@@ -287,7 +304,7 @@ func (s *poolStats) snapshot(key string, now time.Time, window time.Duration) po
 	if len(r.ready) > 0 {
 		rs := slices.Clone(r.ready)
 		slices.Sort(rs)
-		snap.readyTime = rs[len(rs)/2]
+		snap.readyTime = rs[int(float64(len(rs)-1)*readyQuantile+0.5)]
 	}
 	return snap
 }

@@ -74,6 +74,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -228,7 +229,12 @@ func attach(envFile string, need ...string) (map[string]string, *rest.Config, ku
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("kubeconfig: %w", err)
 	}
-	cs, err := kubernetes.NewForConfig(cfg)
+	// Built-in kinds as protobuf, as the cluster's own clients: the bench's
+	// watches then cost the API server no JSON encoding of its own.
+	pc := rest.CopyConfig(cfg)
+	pc.ContentType = runtime.ContentTypeProtobuf
+	pc.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	cs, err := kubernetes.NewForConfig(pc)
 	if err != nil {
 		return nil, nil, nil, err
 	}
