@@ -73,6 +73,16 @@ func TestPoolStats(t *testing.T) {
 	if n := len(s.pools[key].born); n != 0 {
 		t.Errorf("%d pod starts still being timed, want 0", n)
 	}
+	// The third quartile of 16 distinct starts, 1..16 × 100ms: the 12th.
+	s = poolStats{}
+	for i := range readySamples {
+		p := poolPod(fmt.Sprint("q", i), "echo", notReady)
+		s.observe(p, now, true)
+		s.observe(poolPod(fmt.Sprint("q", i), "echo"), now.Add(time.Duration(readySamples-i)*100*time.Millisecond), false)
+	}
+	if ready := s.snapshot(key, now, 30*time.Second).readyTime; ready != 1200*time.Millisecond {
+		t.Errorf("ready time %s of 100ms..1.6s, want the third quartile 1.2s", ready)
+	}
 	// Only the latest starts count.
 	for i := range 2 * readySamples {
 		p := poolPod(fmt.Sprint("t", i), "echo", notReady)
@@ -110,18 +120,20 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 	}
 	// A claim's replacement is timed from the claim, not from its record
 	// seen: the slot was taken at the claim.
-	s.claimed(key, "own", now, now)                             // this replica's own claim: the rate now, the order when its record is seen
-	recorded("own", 0, 200*time.Millisecond, true)              // its replacement: 2s
-	s.scaled(key, now.Add(500*time.Millisecond), 3, 5)          // two more: 1.5s, 1.5s
-	recorded("other", -time.Second, 0, true)                    // another replica's, claimed 1s earlier: the oldest order, 3s
-	recorded("own", 0, time.Second, true)                       // seen again: asks for nothing more
-	recorded("outage", -time.Hour, 1500*time.Millisecond, true) // recorded after an outage: ordered when its record is seen
+	s.claimed(key, "own", now, now)                                // this replica's own claim: the rate now, the order when its record is seen
+	recorded("own", 0, 200*time.Millisecond, true)                 // its replacement: 2s
+	s.scaled(key, now.Add(500*time.Millisecond), 3, 5)             // two more: 1.5s, 1.5s
+	recorded("other", -time.Second, 0, true)                       // another replica's, claimed 1s earlier: the oldest order, 3s
+	recorded("own", 0, time.Second, true)                          // seen again: asks for nothing more
+	recorded("outage", -time.Hour, 1500*time.Millisecond, true)    // recorded after an outage: ordered when its record is seen
+	recorded("ahead", 10*time.Second, 1500*time.Millisecond, true) // claimed by a clock ahead of this one: ordered when seen
 	for i := range 4 {
 		start(fmt.Sprint("r", i), 1500*time.Millisecond, 2*time.Second)
 	}
 	start("spare", 2*time.Second, 2100*time.Millisecond)  // the outage's replacement: from its record seen, 600ms
-	start("spare2", 2*time.Second, 2100*time.Millisecond) // nothing asked for it: seen created → ready
-	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 600 * time.Millisecond, 100 * time.Millisecond}
+	start("spare2", 2*time.Second, 2100*time.Millisecond) // the clock-ahead claim's replacement: from its record seen, 600ms
+	start("spare3", 2*time.Second, 2100*time.Millisecond) // nothing asked for it: seen created → ready
+	want := []time.Duration{3 * time.Second, 2 * time.Second, 1500 * time.Millisecond, 1500 * time.Millisecond, 600 * time.Millisecond, 600 * time.Millisecond, 100 * time.Millisecond}
 	if got := s.pools[key].ready; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("pod starts %v, want %v", got, want)
 	}

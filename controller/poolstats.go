@@ -62,7 +62,10 @@ type poolStats struct {
 // scheduler's reaction and the pod's own start), and what a claim waits
 // for when the pool is empty. Claims in the informer's
 // first list ask for nothing: their replacements started before this
-// replica watched.
+// replica watched. A pod nothing asked for, born between a claim and its
+// record seen, takes the claim's order (the oldest goes to the first pod
+// ready): its start reads long and the real replacement's short, by as
+// much, which the quantile over 16 starts bears.
 type poolRecord struct {
 	claims  map[types.UID]time.Time // when each pod was claimed, for the rate
 	ordered map[types.UID]bool      // claimed pods whose record was seen (and asked for its replacement)
@@ -220,8 +223,9 @@ func (s *poolStats) observe(p *corev1.Pod, now time.Time, live bool) {
 	defer s.mu.Unlock()
 	r := s.record(key)
 	if _, fn := p.Labels[v1alpha1.LabelFunction]; fn {
-		if at, err := time.Parse(time.RFC3339Nano, p.Annotations[annClaimedAt]); err == nil {
-			r.claim(p.UID, at, now)
+		claimed := claimedAt(p)
+		if !claimed.IsZero() {
+			r.claim(p.UID, claimed, now)
 		}
 		if !r.ordered[p.UID] {
 			r.ordered[p.UID] = true
@@ -230,10 +234,11 @@ func (s *poolStats) observe(p *corev1.Pod, now time.Time, live bool) {
 				// The claim's slot was taken at the claim, not here, so
 				// its replacement is timed from the claim: the record's
 				// delay counts, up to maxRecordDelay (a longer one is
-				// an outage of the API server, not the pool's pace).
+				// an outage of the API server, not the pool's pace; a
+				// claim after now is another replica's clock ahead).
 				at := now
-				if t, err := time.Parse(time.RFC3339Nano, p.Annotations[annClaimedAt]); err == nil && t.Before(now) && !t.Before(now.Add(-maxRecordDelay)) {
-					at = t
+				if claimed.Before(now) && !claimed.Before(now.Add(-maxRecordDelay)) {
+					at = claimed
 				}
 				r.order(at, 1)
 			}
