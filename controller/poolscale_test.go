@@ -144,6 +144,12 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 	if n := len(s.pools[key].orders); n != 1 {
 		t.Errorf("%d pods asked for, want 1", n)
 	}
+	if n := s.snapshot(key, now.Add(4*time.Second), time.Minute).onTheWay; n != 1 {
+		t.Errorf("%d pods on their way in the snapshot, want 1", n)
+	}
+	if n := s.snapshot(key, now.Add(3*time.Second+maxOrderAge+time.Millisecond), time.Minute).onTheWay; n != 0 {
+		t.Errorf("%d pods on their way after maxOrderAge, want 0", n)
+	}
 	if up := s.snapshot(key, now, time.Minute).lastUp; !up.Equal(now.Add(3 * time.Second)) {
 		t.Errorf("last scale-up at %s, want +3s", up)
 	}
@@ -341,10 +347,10 @@ func TestSyncPoolScales(t *testing.T) {
 	if got := patches.all(); len(got) != 0 {
 		t.Fatalf("patched %v with no claims", got)
 	}
-	// Five claims in half a second: 5/s × the default ready time 1s + 1.
+	// Five claims over a second: 5/s × the default ready time 1s + 1.
 	now := time.Now()
 	for i := range 5 {
-		c.pools.claimed("default/echo", types.UID(fmt.Sprint("c", i)), now.Add(-time.Duration(i)*100*time.Millisecond), now)
+		c.pools.claimed("default/echo", types.UID(fmt.Sprint("c", i)), now.Add(-time.Duration(i)*250*time.Millisecond), now)
 		c.pools.claimed("default/manual", types.UID(fmt.Sprint("c", i)), now, now)
 	}
 	for _, k := range []string{"default/echo", "default/manual", "default/bad"} {

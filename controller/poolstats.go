@@ -287,6 +287,7 @@ type poolSnapshot struct {
 	readyTime time.Duration       // the measured pod starts' readyQuantile; 0: none measured
 	recent    []scaling.PoolPoint // the latest decisions' demand
 	lastUp    time.Time           // the latest scale-up
+	onTheWay  int                 // pods asked for, not yet ready
 }
 
 // snapshot returns pool key's figures, the claims since now-window
@@ -299,6 +300,11 @@ func (s *poolStats) snapshot(key string, now time.Time, window time.Duration) po
 		return poolSnapshot{}
 	}
 	snap := poolSnapshot{recent: slices.Clone(r.recent), lastUp: r.lastUp}
+	for _, t := range r.orders {
+		if !t.Before(now.Add(-maxOrderAge)) {
+			snap.onTheWay++
+		}
+	}
 	r.trim(now.Add(-maxPoolWindow))
 	from := now.Add(-window)
 	for _, t := range r.claims {

@@ -17,9 +17,6 @@ const (
 	// DefaultPoolHeadroom is the ready pods kept beyond those the rate
 	// needs.
 	DefaultPoolHeadroom = 1
-	// minRateSpan is the shortest span a rate is taken over: a burst's
-	// first claims are not read as thousands a second.
-	minRateSpan = time.Second
 )
 
 // PoolReason says what set a pool's replica count.
@@ -75,6 +72,10 @@ type PoolInput struct {
 	// claimed but not yet recorded, which the Deployment's selector still
 	// matches.
 	Ready, Unrecorded int32
+	// OnTheWay is the pods asked for (claims' replacements and scale-ups)
+	// and not yet seen ready: a dry pool does not grow while they
+	// outnumber the latest ready time's claims.
+	OnTheWay int32
 }
 
 // PoolPoint is a count decided at a time.
@@ -103,10 +104,12 @@ func (d PoolDecision) String() string {
 // DecidePool returns a pool's replica count: the pods claimed while one
 // replacement becomes ready (the claim rate over the window times the
 // ready time), plus headroom, within [Min, Max]. The rate is the window's
-// claims over the span from the oldest of them to Now (at least a second),
+// claims over the span from the oldest of them to Now (at least half the
+// ready time: a burst's first claims are not read as thousands a second),
 // so a burst reads at its own rate at once; a pool with no ready pod while
 // claims come grows by the window's claims (at most doubling), once per
-// ready time. A lower count waits until no
+// ready time, unless the pods on their way outnumber the latest ready
+// time's claims (they will serve them). A lower count waits until no
 // decision within the window asked for more. While the pool has unrecorded claims it
 // never goes below Ready+Unrecorded (nor above Replicas for that reason):
 // a ReplicaSet scaling down picks among matching ready pods it cannot tell
@@ -137,15 +140,25 @@ func DecidePool(in PoolInput) PoolDecision {
 	}
 	d := PoolDecision{Claims: n, Reason: PoolReasonDemand}
 	if n > 0 {
-		d.Rate = float64(n) / max(in.Now.Sub(oldest), minRateSpan).Seconds()
+		d.Rate = float64(n) / max(in.Now.Sub(oldest), ready/2).Seconds()
 	}
 	need := math.Ceil(d.Rate*ready.Seconds() - 1e-9)
 	want := int64(need) + int64(max(in.Headroom, 0))
 	// A dry pool, no pod ready while claims come: claims then come as fast
 	// as pods do, so their rate understates the demand. Grow by the
 	// window's claims, at most doubling, once per ready time (the new
-	// pods' start), as a slow start does.
-	if in.Ready == 0 && n > 0 && in.Now.Sub(newest) <= ready && in.Now.Sub(in.LastUp) >= ready {
+	// pods' start), as a slow start does; not while the pods already on
+	// their way outnumber the claims of the latest ready time: the pool is
+	// then as dry as a start takes, not short of pods (without this rule,
+	// a burst ran the pool to its maximum, starting twice the pods it
+	// needed on a CPU-bound node).
+	recent := 0
+	for _, t := range in.Claims {
+		if !t.Before(in.Now.Add(-ready)) && !t.After(in.Now) {
+			recent++
+		}
+	}
+	if in.Ready == 0 && n > 0 && in.Now.Sub(newest) <= ready && in.Now.Sub(in.LastUp) >= ready && int(in.OnTheWay) <= recent {
 		if dry := int64(in.Replicas) + min(int64(in.Replicas), int64(n)); dry > want {
 			want, d.Reason = dry, PoolReasonDry
 		}

@@ -31,9 +31,13 @@ func TestDecidePool(t *testing.T) {
 		claims int
 	}{
 		{"no claims: the minimum", base, 3, PoolReasonMin, 0},
-		{"one claim reads as one a second, not more", with(func(in *PoolInput) { in.Claims = ago(0) }), 3, PoolReasonMin, 1},
-		// 10 claims over 0.9 s: the span is read as a second, 10/s × 1 s + 1.
-		{"a burst at its own rate", with(func(in *PoolInput) { in.Claims = every(10, 100*time.Millisecond) }), 11, PoolReasonDemand, 10},
+		// One claim reads over half the ready time: 2/s × 1 s + 1.
+		{"one claim reads as two a second, not more", with(func(in *PoolInput) { in.Claims = ago(0) }), 3, PoolReasonDemand, 1},
+		{"a fast start reads one claim faster", with(func(in *PoolInput) {
+			in.Min, in.ReadyTime, in.Claims = 0, 400*time.Millisecond, ago(0) // over 0.2 s: 5/s × 0.4 s + 1
+		}), 3, PoolReasonDemand, 1},
+		// 10 claims over 0.9 s: 11.1/s × 1 s → 12, + 1.
+		{"a burst at its own rate", with(func(in *PoolInput) { in.Claims = every(10, 100*time.Millisecond) }), 13, PoolReasonDemand, 10},
 		// The same 10 claims, 20 s later: 10 over 20.9 s, ×1 s → 1, + 1.
 		{"a burst fades as the span grows", with(func(in *PoolInput) {
 			in.Claims = ago(20*time.Second, 20100*time.Millisecond, 20200*time.Millisecond, 20300*time.Millisecond, 20400*time.Millisecond,
@@ -44,28 +48,36 @@ func TestDecidePool(t *testing.T) {
 		{"a slow pod start needs more", with(func(in *PoolInput) {
 			in.Claims = every(10, 100*time.Millisecond)
 			in.ReadyTime = 1500 * time.Millisecond
-		}), 16, PoolReasonDemand, 10},
+		}), 18, PoolReasonDemand, 10},
 		{"the maximum bounds it", with(func(in *PoolInput) { in.Claims = every(50, 20*time.Millisecond) }), 20, PoolReasonMax, 50},
 		{"max below min is min", with(func(in *PoolInput) { in.Max = 1; in.Claims = every(50, 20*time.Millisecond) }), 3, PoolReasonMax, 50},
 		{"defaults for a zero window and ready time", with(func(in *PoolInput) {
 			in.Window, in.ReadyTime = 0, 0
-			in.Claims = every(5, 200*time.Millisecond) // 5 over 0.8 s → 5/s × 1 s
-		}), 6, PoolReasonDemand, 5},
-		{"negative headroom is none", with(func(in *PoolInput) { in.Headroom = -4; in.Min = 0; in.Claims = every(4, 250*time.Millisecond) }), 4, PoolReasonDemand, 4},
+			in.Claims = every(5, 200*time.Millisecond) // 5 over 0.8 s → 6.25/s × 1 s → 7, + 1
+		}), 8, PoolReasonDemand, 5},
+		{"negative headroom is none", with(func(in *PoolInput) { in.Headroom = -4; in.Min = 0; in.Claims = every(4, 250*time.Millisecond) }), 6, PoolReasonDemand, 4},
 		{"a scale-down waits for unrecorded claims", with(func(in *PoolInput) { in.Replicas, in.Ready, in.Unrecorded = 12, 8, 2 }), 10, PoolReasonUnrecorded, 0},
 		{"the unrecorded floor never raises above replicas", with(func(in *PoolInput) { in.Replicas, in.Ready, in.Unrecorded = 6, 8, 2 }), 6, PoolReasonUnrecorded, 0},
 		{"unrecorded claims do not hold what demand exceeds", with(func(in *PoolInput) {
 			in.Replicas, in.Ready, in.Unrecorded = 4, 2, 1
 			in.Claims = every(10, 100*time.Millisecond)
-		}), 11, PoolReasonDemand, 10},
+		}), 13, PoolReasonDemand, 10},
 		{"a dry pool grows by the window's claims", with(func(in *PoolInput) {
 			in.Replicas, in.Ready = 5, 0
 			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond) // 3 over 2 s: 2 + 1
 		}), 8, PoolReasonDry, 3},
 		{"a dry pool at most doubles", with(func(in *PoolInput) {
 			in.Replicas, in.Ready = 4, 0
-			in.Claims = every(8, 100*time.Millisecond) // 8/s: 8 + 1, doubled: 8
-		}), 9, PoolReasonDemand, 8},
+			in.Claims = every(8, 100*time.Millisecond) // 8 over 0.7 s: 12 + 1, doubled: 8
+		}), 13, PoolReasonDemand, 8},
+		{"a dry pool waits for the pods on their way", with(func(in *PoolInput) {
+			in.Replicas, in.Ready, in.OnTheWay = 5, 0, 2                                // 2 on their way for 1 claim within the ready time
+			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond) // 1.5/s × 1 s → 2, + 1
+		}), 3, PoolReasonDemand, 3},
+		{"a dry pool grows when its claims outnumber the pods on their way", with(func(in *PoolInput) {
+			in.Replicas, in.Ready, in.OnTheWay = 5, 0, 1 // as many on their way as claims within the ready time
+			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond)
+		}), 8, PoolReasonDry, 3},
 		{"a dry pool doubles once per ready time", with(func(in *PoolInput) {
 			in.Replicas, in.Ready, in.LastUp = 5, 0, now.Add(-500*time.Millisecond)
 			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond)
@@ -94,7 +106,7 @@ func TestDecidePool(t *testing.T) {
 			in.Replicas = 3
 			in.Claims = every(10, 100*time.Millisecond)
 			in.Recent = []PoolPoint{{now.Add(-time.Second), 14}}
-		}), 11, PoolReasonDemand, 10},
+		}), 13, PoolReasonDemand, 10},
 		{"demand outside the window holds nothing", with(func(in *PoolInput) {
 			in.Replicas = 9
 			in.Recent = []PoolPoint{{now.Add(-31 * time.Second), 9}}
