@@ -154,7 +154,7 @@ func (c *controller) syncPool(ctx context.Context, key string) error {
 	dec := scaling.DecidePool(scaling.PoolInput{
 		Now: now, Claims: snap.claims, Window: pol.window, ReadyTime: snap.readyTime, Headroom: pol.headroom,
 		Min: pol.min, Max: pol.max, Replicas: replicas, Ready: ready, Unrecorded: c.unrecordedIn(ns, pool, now),
-		Recent: snap.recent, LastUp: snap.lastUp, OnTheWay: int32(snap.onTheWay),
+		Recent: snap.recent, LastUp: snap.lastUp, Asked: snap.asked,
 	})
 	c.pools.decided(key, now, dec.Demand, pol.window)
 	if len(snap.claims) > 0 || dec.Reason == scaling.PoolReasonStabilized || dec.Reason == scaling.PoolReasonUnrecorded {

@@ -144,11 +144,11 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 	if n := len(s.pools[key].orders); n != 1 {
 		t.Errorf("%d pods asked for, want 1", n)
 	}
-	if n := s.snapshot(key, now.Add(4*time.Second), time.Minute).onTheWay; n != 1 {
-		t.Errorf("%d pods on their way in the snapshot, want 1", n)
+	if asked := s.snapshot(key, now.Add(4*time.Second), time.Minute).asked; len(asked) != 1 || !asked[0].Equal(now.Add(3*time.Second)) {
+		t.Errorf("pods on their way asked at %v in the snapshot, want one at +3s", asked)
 	}
-	if n := s.snapshot(key, now.Add(3*time.Second+maxOrderAge+time.Millisecond), time.Minute).onTheWay; n != 0 {
-		t.Errorf("%d pods on their way after maxOrderAge, want 0", n)
+	if asked := s.snapshot(key, now.Add(3*time.Second+maxOrderAge+time.Millisecond), time.Minute).asked; len(asked) != 0 {
+		t.Errorf("pods on their way asked at %v after maxOrderAge, want none", asked)
 	}
 	if up := s.snapshot(key, now, time.Minute).lastUp; !up.Equal(now.Add(3 * time.Second)) {
 		t.Errorf("last scale-up at %s, want +3s", up)

@@ -287,7 +287,7 @@ type poolSnapshot struct {
 	readyTime time.Duration       // the measured pod starts' readyQuantile; 0: none measured
 	recent    []scaling.PoolPoint // the latest decisions' demand
 	lastUp    time.Time           // the latest scale-up
-	onTheWay  int                 // pods asked for, not yet ready
+	asked     []time.Time         // when the pods on their way were asked for
 }
 
 // snapshot returns pool key's figures, the claims since now-window
@@ -302,7 +302,7 @@ func (s *poolStats) snapshot(key string, now time.Time, window time.Duration) po
 	snap := poolSnapshot{recent: slices.Clone(r.recent), lastUp: r.lastUp}
 	for _, t := range r.orders {
 		if !t.Before(now.Add(-maxOrderAge)) {
-			snap.onTheWay++
+			snap.asked = append(snap.asked, t)
 		}
 	}
 	r.trim(now.Add(-maxPoolWindow))

@@ -87,6 +87,9 @@ func FuzzDecidePool(f *testing.F) {
 			in.Claims = append(in.Claims, now.Add(-time.Duration(rng.Int64N(int64(2*time.Minute)))+time.Second))
 		}
 		for range rng.IntN(10) {
+			in.Asked = append(in.Asked, now.Add(-time.Duration(rng.Int64N(int64(10*time.Second)))+time.Second))
+		}
+		for range rng.IntN(10) {
 			in.Recent = append(in.Recent, PoolPoint{At: now.Add(-time.Duration(rng.Int64N(int64(time.Minute)))), Replicas: rng.Int32N(100)})
 		}
 		d := DecidePool(in)
@@ -96,6 +99,9 @@ func FuzzDecidePool(f *testing.F) {
 		}
 		if d.Demand < lo || d.Demand > hi {
 			t.Fatalf("demand %d outside [%d, %d]", d.Demand, lo, hi)
+		}
+		if d.Reason == PoolReasonDemand && d.Demand > max(2*int32(d.Claims)+max(headroom, 0), lo) {
+			t.Fatalf("demand %d for %d claims with headroom %d: more than 2n + headroom", d.Demand, d.Claims, headroom)
 		}
 		if d.Replicas < d.Demand {
 			t.Fatalf("replicas %d below the demand %d: a scale-up applies at once", d.Replicas, d.Demand)

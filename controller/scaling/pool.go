@@ -72,10 +72,12 @@ type PoolInput struct {
 	// claimed but not yet recorded, which the Deployment's selector still
 	// matches.
 	Ready, Unrecorded int32
-	// OnTheWay is the pods asked for (claims' replacements and scale-ups)
-	// and not yet seen ready: a dry pool does not grow while they
-	// outnumber the latest ready time's claims.
-	OnTheWay int32
+	// Asked are when the pods on their way (claims' replacements and
+	// scale-ups not yet seen ready) were asked for. Those asked within two
+	// ready times hold a dry pool's growth while they outnumber the latest
+	// ready time's claims; an older one is late (a pod that fails or
+	// cannot be placed) and holds nothing.
+	Asked []time.Time
 }
 
 // PoolPoint is a count decided at a time.
@@ -104,12 +106,13 @@ func (d PoolDecision) String() string {
 // DecidePool returns a pool's replica count: the pods claimed while one
 // replacement becomes ready (the claim rate over the window times the
 // ready time), plus headroom, within [Min, Max]. The rate is the window's
-// claims over the span from the oldest of them to Now (at least half the
-// ready time: a burst's first claims are not read as thousands a second),
-// so a burst reads at its own rate at once; a pool with no ready pod while
+// claims over the span from the oldest of them to Now, at least half the
+// ready time (so n claims within half a ready time ask for at most 2n), and
+// a burst reads at its own rate at once. A pool with no ready pod while
 // claims come grows by the window's claims (at most doubling), once per
-// ready time, unless the pods on their way outnumber the latest ready
-// time's claims (they will serve them). A lower count waits until no
+// ready time, unless the pods on their way (asked within two ready times)
+// outnumber the latest ready time's claims: they will serve them. A lower
+// count waits until no
 // decision within the window asked for more. While the pool has unrecorded claims it
 // never goes below Ready+Unrecorded (nor above Replicas for that reason):
 // a ReplicaSet scaling down picks among matching ready pods it cannot tell
@@ -152,13 +155,18 @@ func DecidePool(in PoolInput) PoolDecision {
 	// then as dry as a start takes, not short of pods (without this rule,
 	// a burst ran the pool to its maximum, starting twice the pods it
 	// needed on a CPU-bound node).
-	recent := 0
+	latest, coming := 0, 0
 	for _, t := range in.Claims {
 		if !t.Before(in.Now.Add(-ready)) && !t.After(in.Now) {
-			recent++
+			latest++
 		}
 	}
-	if in.Ready == 0 && n > 0 && in.Now.Sub(newest) <= ready && in.Now.Sub(in.LastUp) >= ready && int(in.OnTheWay) <= recent {
+	for _, t := range in.Asked {
+		if !t.Before(in.Now.Add(-2*ready)) && !t.After(in.Now) {
+			coming++
+		}
+	}
+	if in.Ready == 0 && n > 0 && in.Now.Sub(newest) <= ready && in.Now.Sub(in.LastUp) >= ready && coming <= latest {
 		if dry := int64(in.Replicas) + min(int64(in.Replicas), int64(n)); dry > want {
 			want, d.Reason = dry, PoolReasonDry
 		}

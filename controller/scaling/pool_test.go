@@ -71,11 +71,16 @@ func TestDecidePool(t *testing.T) {
 			in.Claims = every(8, 100*time.Millisecond) // 8 over 0.7 s: 12 + 1, doubled: 8
 		}), 13, PoolReasonDemand, 8},
 		{"a dry pool waits for the pods on their way", with(func(in *PoolInput) {
-			in.Replicas, in.Ready, in.OnTheWay = 5, 0, 2                                // 2 on their way for 1 claim within the ready time
-			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond) // 1.5/s × 1 s → 2, + 1
+			in.Replicas, in.Ready, in.Asked = 5, 0, ago(100*time.Millisecond, 1900*time.Millisecond) // 2 on their way for 1 claim within the ready time
+			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond)              // 1.5/s × 1 s → 2, + 1
 		}), 3, PoolReasonDemand, 3},
-		{"a dry pool grows when its claims outnumber the pods on their way", with(func(in *PoolInput) {
-			in.Replicas, in.Ready, in.OnTheWay = 5, 0, 1 // as many on their way as claims within the ready time
+		{"a dry pool grows while the pods on their way do not outnumber its claims", with(func(in *PoolInput) {
+			in.Replicas, in.Ready, in.Asked = 5, 0, ago(100*time.Millisecond) // as many on their way as claims within the ready time
+			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond)
+		}), 8, PoolReasonDry, 3},
+		{"pods late on their way hold no growth", with(func(in *PoolInput) {
+			in.Replicas, in.Ready = 5, 0
+			in.Asked = ago(100*time.Millisecond, 2100*time.Millisecond, 5*time.Second, -time.Second) // one within two ready times; one in the future
 			in.Claims = ago(2*time.Second, 1500*time.Millisecond, 200*time.Millisecond)
 		}), 8, PoolReasonDry, 3},
 		{"a dry pool doubles once per ready time", with(func(in *PoolInput) {
