@@ -112,9 +112,9 @@ func (d PoolDecision) String() string {
 // claims come grows by the window's claims (at most doubling), once per
 // ready time, unless the pods on their way (asked within two ready times)
 // outnumber the latest ready time's claims: they will serve them. A lower
-// count waits until no
-// decision within the window asked for more. While the pool has unrecorded claims it
-// never goes below Ready+Unrecorded (nor above Replicas for that reason):
+// count waits until no decision within the window asked for more. While
+// the pool has unrecorded claims it never goes below Ready+Unrecorded (nor
+// above Replicas for that reason):
 // a ReplicaSet scaling down picks among matching ready pods it cannot tell
 // apart, and might take a live instance whose record is still on its way.
 func DecidePool(in PoolInput) PoolDecision {
@@ -127,13 +127,16 @@ func DecidePool(in PoolInput) PoolDecision {
 		ready = DefaultPoolReadyTime
 	}
 	from := in.Now.Add(-window)
-	var n int
+	var n, latest int // the window's claims; those of the latest ready time
 	oldest, newest := in.Now, time.Time{}
 	for _, t := range in.Claims {
 		if t.Before(from) || t.After(in.Now) {
 			continue
 		}
 		n++
+		if !t.Before(in.Now.Add(-ready)) {
+			latest++
+		}
 		if t.Before(oldest) {
 			oldest = t
 		}
@@ -155,12 +158,7 @@ func DecidePool(in PoolInput) PoolDecision {
 	// then as dry as a start takes, not short of pods (without this rule,
 	// a burst ran the pool to its maximum, starting twice the pods it
 	// needed on a CPU-bound node).
-	latest, coming := 0, 0
-	for _, t := range in.Claims {
-		if !t.Before(in.Now.Add(-ready)) && !t.After(in.Now) {
-			latest++
-		}
-	}
+	coming := 0
 	for _, t := range in.Asked {
 		if !t.Before(in.Now.Add(-2*ready)) && !t.After(in.Now) {
 			coming++
