@@ -41,11 +41,19 @@ const (
 	reasonQueueTimeout      = "queue_timeout"
 	reasonBodyTooLarge      = "body_too_large"
 	reasonRouterOverloaded  = "router_overloaded"
+	reasonBadConnection     = "bad_connection_header"
+	reasonBadBody           = "malformed_body"
 )
+
+// errBadBody is a request body that breaks its framing (a chunk size
+// that overflows, a broken chunk): the caller's fault, a 400, never
+// retried. Its head may have gone to the instance: that connection is
+// closed.
+var errBadBody = errors.New("malformed request body")
 
 // rejectReasons are the answers of limits, counted in
 // skipper_noderouter_rejected_total{reason} (all initialised at 0).
-var rejectReasons = []string{reasonRouterOverloaded, reasonBodyTooLarge, reasonQueueFull, reasonCallerUnknown, reasonCallerDenied}
+var rejectReasons = []string{reasonRouterOverloaded, reasonBodyTooLarge, reasonQueueFull, reasonCallerUnknown, reasonCallerDenied, reasonBadConnection}
 
 // answer is an error response the router writes itself.
 type answer struct {
@@ -108,6 +116,13 @@ func unknownAnswer(ref route.Ref) answer {
 	return answer{status: http.StatusNotFound, reason: reasonUnknownFunction, msg: "function " + ref.String() + " not found"}
 }
 
+// badConnectionAnswer is the 400 of a request whose Connection field names
+// a field that frames or routes it (h1.ErrBadConnection; issue 30).
+func badConnectionAnswer(err error) answer {
+	return answer{status: http.StatusBadRequest, reason: reasonBadConnection,
+		msg: "a Connection field may not name Content-Length, Transfer-Encoding, Host, an X-Skipper-* field, or Upgrade outside an upgrade: " + err.Error()}
+}
+
 // tooLargeAnswer is the 413 of a body over --max-body-bytes. Like
 // overloadedAnswer it may come before the name was checked: not known.
 func tooLargeAnswer(limit int64) answer {
@@ -135,6 +150,8 @@ func upstreamAnswer(err error) answer {
 	switch {
 	case errors.As(err, &tooLarge):
 		return tooLargeAnswer(tooLarge.Limit)
+	case errors.Is(err, errBadBody):
+		return answer{status: http.StatusBadRequest, reason: reasonBadBody, msg: err.Error(), known: true}
 	case isDialError(err):
 		// Before the context cases: a dial timeout matches
 		// context.DeadlineExceeded. The request's own context errors come

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"skipper.dev/skipper/noderouter/h1"
+	"skipper.dev/skipper/noderouter/route"
 )
 
 // watchAfter is how long a request waits for its response head before its
@@ -53,6 +54,7 @@ type h1conn struct {
 	add     []h1.Field // added to the request head
 	resAdd  []h1.Field // added to the response head
 	scratch []byte
+	lenBuf  []byte // the response's Content-Length value
 	// sent: request body bytes went upstream; bodyDone: the request body
 	// was read to its end; closeAfter: the connection ends after this
 	// exchange.
@@ -241,6 +243,17 @@ func (c *h1conn) refuse(err error) {
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.As(err, &ne) {
 		return
 	}
+	if errors.Is(err, h1.ErrBadConnection) {
+		// A refusal that matters to whoever runs the router: answered and
+		// counted as the core's own answers are.
+		ans := badConnectionAnswer(err)
+		// The head was read up to its fields: its method is known.
+		writeAnswer(c.bw, ans, c.p.count(nil, ans, route.Ref{}), true, c.req.IsHEAD())
+		_ = c.bw.Flush()
+		c.s.log.Debug("request refused", "remote", c.forIP, "reason", ans.reason, "err", err)
+		c.lingerClose()
+		return
+	}
 	code := h1.Status(err)
 	text := strconv.Itoa(code) + " " + http.StatusText(code)
 	c.bw.WriteString("HTTP/1.1 " + text + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + text)
@@ -342,15 +355,17 @@ func (c *h1conn) answer(a answer, fn string) {
 	if !c.bodyDone {
 		c.closeAfter = true
 	}
-	writeAnswer(c.bw, a, fn, c.closeAfter || c.s.shutdown.Load())
+	writeAnswer(c.bw, a, fn, c.closeAfter || c.s.shutdown.Load(), c.req.IsHEAD())
 	if err := c.bw.Flush(); err != nil {
 		c.closeAfter = true
 	}
 }
 
 // writeAnswer writes the router's own answer a (JSON) to w, with
-// Connection: close when closeConn.
-func writeAnswer(w *bufio.Writer, a answer, fn string, closeConn bool) {
+// Connection: close when closeConn; to a HEAD request (head) without its
+// body, which the caller would read as the next answer (RFC 9110 §9.3.2;
+// found by FuzzRouterSplit).
+func writeAnswer(w *bufio.Writer, a answer, fn string, closeConn, head bool) {
 	b := a.body(fn)
 	w.WriteString("HTTP/1.1 ")
 	w.WriteString(strconv.Itoa(a.status))
@@ -365,7 +380,9 @@ func writeAnswer(w *bufio.Writer, a answer, fn string, closeConn bool) {
 		w.WriteString("\r\nConnection: close")
 	}
 	w.WriteString("\r\n\r\n")
-	w.Write(b)
+	if !head {
+		w.Write(b)
+	}
 }
 
 // startWatch watches the caller's connection for its going away after d

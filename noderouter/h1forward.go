@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -217,13 +218,27 @@ func forwardFields(r *h1.Request, forIP, forwardedFor, account string, scratch [
 		r.Drop("Host")
 		add = append(add, h1.Field{Name: "Host", Value: r.Host()})
 	}
-	if r.Framing().Kind == h1.BodyChunked {
+	// The framing is written from the parsed one, never copied (issue 30):
+	// a request that had Content-Length fields goes with exactly one.
+	switch f := r.Framing(); {
+	case f.Kind == h1.BodyChunked:
 		add = append(add, h1.Field{Name: "Transfer-Encoding", Value: chunked})
+	case f.Kind == h1.BodyLength || r.Count("Content-Length") > 0:
+		add, s = appendLength(add, s, &r.Header, f.Length)
 	}
 	if upgrade != nil {
 		add = append(add, h1.Field{Name: "Connection", Value: upgradeToken}, h1.Field{Name: "Upgrade", Value: upgrade})
 	}
 	return s, add
+}
+
+// appendLength drops h's Content-Length fields and appends one of n to
+// add, its value to buf.
+func appendLength(add []h1.Field, buf []byte, h *h1.Header, n int64) ([]h1.Field, []byte) {
+	h.Drop("Content-Length")
+	at := len(buf)
+	buf = strconv.AppendInt(buf, n, 10)
+	return append(add, h1.Field{Name: "Content-Length", Value: buf[at:]}), buf
 }
 
 var (
@@ -274,6 +289,11 @@ func (c *h1conn) sendBody(up *upConn) error {
 				return h1.WriteLastChunk(up.bw, c.body.Trailer())
 			}
 			return nil
+		case errors.Is(rerr, h1.ErrMalformed):
+			// A 400 for the caller (issue 30's table: a chunk size that
+			// overflows); the instance's connection, which has part of
+			// the request, is closed.
+			return fmt.Errorf("%w: %w", errBadBody, rerr)
 		case rerr != nil:
 			// The caller's body broke: nothing to send or answer.
 			c.left.Store(true)
@@ -306,8 +326,12 @@ func (c *h1conn) relay(up *upConn) result {
 		c.closeAfter = true
 	}
 	add := c.resAdd[:0]
-	if rechunk {
+	switch {
+	case rechunk:
 		add = append(add, h1.Field{Name: "Transfer-Encoding", Value: chunked})
+	case f.Kind == h1.BodyLength:
+		// Written from the parsed length, never copied (issue 30).
+		add, c.lenBuf = appendLength(add, c.lenBuf[:0], &r.Header, f.Length)
 	}
 	switch {
 	case c.closeAfter:
@@ -341,7 +365,12 @@ func (c *h1conn) relay(up *upConn) result {
 		c.closeAfter = true
 		return result{status: status, aborted: c.abortCode(err)}
 	}
-	if r.KeepAlive() && f.Kind != h1.BodyUntilClose {
+	if r.KeepAlive() && f.Kind != h1.BodyUntilClose && up.br.Buffered() == 0 {
+		// Reused only with nothing left unread after an answer read to
+		// the end its framing gives: bytes beyond it would be taken for
+		// the next request's answer (issue 30). Bytes that come later are
+		// found by alive when the connection idled, or read as the next
+		// answer, which only this instance's own calls can see.
 		// Its deadline stays on in the pool (nothing reads it there): the
 		// next request's replaces it.
 		c.p.pool.put(up, time.Now())

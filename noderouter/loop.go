@@ -76,6 +76,7 @@ type evloop struct {
 	req     h1.Request
 	resp    h1.Response
 	scratch []byte
+	lenBuf  []byte // an answer's Content-Length value
 	fields  []h1.Field
 }
 

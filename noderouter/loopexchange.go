@@ -323,6 +323,10 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 		c.closeAfter = true
 	}
 	add := l.fields[:0]
+	if f.Kind == h1.BodyLength {
+		// Written from the parsed length, never copied (issue 30).
+		add, l.lenBuf = appendLength(add, l.lenBuf[:0], &r.Header, f.Length)
+	}
 	switch {
 	case c.closeAfter:
 		add = append(add, h1.Field{Name: "Connection", Value: closeToken})
@@ -402,7 +406,7 @@ func (l *evloop) fail(c *lconn, err error) {
 		c.closeAfter = true
 	}
 	l.fdw.c = c
-	writeAnswer(l.bw, ans, fn, c.closeAfter)
+	writeAnswer(l.bw, ans, fn, c.closeAfter, c.x.head)
 	l.flushNext(c)
 }
 

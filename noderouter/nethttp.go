@@ -2,10 +2,13 @@ package noderouter
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"slices"
@@ -15,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"skipper.dev/skipper/noderouter/h1"
 	"skipper.dev/skipper/noderouter/route"
 )
 
@@ -53,7 +57,7 @@ func newNethttpForwarder(cfg Config, p *proxy) *nethttpForwarder {
 	f := &nethttpForwarder{p: p, transport: newTransport(cfg)}
 	f.rp = &httputil.ReverseProxy{
 		Rewrite:        rewrite,
-		Transport:      f.transport,
+		Transport:      checkedTransport{f.transport},
 		BufferPool:     bufferPool{},
 		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 		ErrorHandler:   recordError,
@@ -67,6 +71,14 @@ func newNethttpForwarder(cfg Config, p *proxy) *nethttpForwarder {
 
 // ServeHTTP is the net/http server's handler.
 func (f *nethttpForwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := checkConnection(r.Header); err != nil {
+		// As the h1 server refuses it (h1.ErrBadConnection): net/http
+		// would forward it with its framing, but the forwarders agree.
+		ans := badConnectionAnswer(err)
+		w.Header().Set("Connection", "close")
+		ans.write(w, f.p.count(nil, ans, route.Ref{}))
+		return
+	}
 	x := &httpExchange{f: f, w: w, r: r}
 	defer x.done()
 	f.p.serve(x)
@@ -88,6 +100,7 @@ type httpExchange struct {
 	cancel context.CancelFunc
 	body   *trackedBody
 	at     attempt
+	trace  httptrace.ClientTrace // records the attempt's connection
 	abort  bool
 	// account is X-Skipper-Caller's value ("": not sent).
 	account string
@@ -100,6 +113,49 @@ type attempt struct {
 	account  string // X-Skipper-Caller ("": not sent)
 	status   int
 	err      error
+	// conn is the instance connection the transport sent it on, closed
+	// when the answer breaks the rules (it never goes back to the pool).
+	conn net.Conn
+}
+
+// gotConn records the connection an attempt went out on.
+func (a *attempt) gotConn(info httptrace.GotConnInfo) { a.conn = info.Conn }
+
+// checkConnection is h1's rule on Connection fields for a head net/http
+// read (h1.ErrBadConnection).
+func checkConnection(h http.Header) error {
+	upgrade := len(h["Upgrade"]) > 0
+	for _, v := range h["Connection"] {
+		if h1.BadConnection([]byte(v), upgrade) {
+			return fmt.Errorf("%w: Connection %q", h1.ErrBadConnection, v)
+		}
+	}
+	return nil
+}
+
+// dropReserved deletes a trailer's X-Skipper-* fields (as h1.Body does):
+// the router's own fields never come from a peer's trailers.
+func dropReserved(t http.Header) {
+	for k := range t {
+		if len(k) >= len(h1.ReservedPrefix) && strings.EqualFold(k[:len(h1.ReservedPrefix)], h1.ReservedPrefix) {
+			delete(t, k)
+		}
+	}
+}
+
+// trailerFilter drops a response's X-Skipper-* trailers once the
+// transport has read them, at the body's end.
+type trailerFilter struct {
+	io.ReadCloser
+	res *http.Response
+}
+
+func (t trailerFilter) Read(p []byte) (int, error) {
+	n, err := t.ReadCloser.Read(p)
+	if err == io.EOF {
+		dropReserved(t.res.Trailer)
+	}
+	return n, err
 }
 
 type attemptKey struct{}
@@ -139,6 +195,8 @@ func (x *httpExchange) send(in *route.Instance, deadline time.Time) (res result)
 		if !deadline.IsZero() {
 			x.sctx, x.cancel = context.WithDeadline(x.sctx, deadline)
 		}
+		x.trace.GotConn = x.at.gotConn
+		x.sctx = httptrace.WithClientTrace(x.sctx, &x.trace)
 		x.out = x.r.WithContext(x.sctx)
 		if r := x.r; r.Body != nil && r.Body != http.NoBody {
 			rc := r.Body
@@ -148,7 +206,7 @@ func (x *httpExchange) send(in *route.Instance, deadline time.Time) (res result)
 				// caller's connection after the answer.
 				rc = http.MaxBytesReader(x.w, rc, max)
 			}
-			x.body = &trackedBody{rc: rc}
+			x.body = &trackedBody{rc: rc, framed: r.ProtoMajor == 1}
 			x.out.Body = x.body
 		}
 	}
@@ -184,6 +242,7 @@ func rewrite(pr *httputil.ProxyRequest) {
 	pr.Out.Host = pr.In.Host // the instance sees the Host the caller used
 	pr.Out.Header.Del(HeaderFunction)
 	pr.Out.Header.Del(HeaderCaller)
+	dropReserved(pr.Out.Trailer)
 	if a.account != "" {
 		pr.Out.Header[HeaderCaller] = []string{a.account}
 	}
@@ -226,6 +285,33 @@ func recordStatus(res *http.Response) error {
 	return nil
 }
 
+// checkedTransport holds the instance's answers to h1's rules before the
+// ReverseProxy, which drops the fields Connection names, sees them. An
+// answer whose Connection field names its framing is an error (a 502, as
+// under h1), and the connection it came on is closed: the transport may
+// have put it back in its pool already. A chunked answer's X-Skipper-*
+// trailers are dropped at its end.
+type checkedTransport struct{ *http.Transport }
+
+func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	res, err := t.Transport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkConnection(res.Header); err != nil {
+		if a := attemptOf(req); a.conn != nil {
+			_ = a.conn.Close()
+		}
+		_ = res.Body.Close()
+		return nil, fmt.Errorf("instance answer: %w", err)
+	}
+	dropReserved(res.Trailer)
+	if len(res.TransferEncoding) > 0 && res.StatusCode != http.StatusSwitchingProtocols {
+		res.Body = trailerFilter{ReadCloser: res.Body, res: res}
+	}
+	return res, nil
+}
+
 // trackedBody lets a request be sent again after an attempt that read none
 // of its body (a dial failure, a connection broken first): it records
 // whether the transport read anything, and its Close (which the transport
@@ -235,11 +321,28 @@ func recordStatus(res *http.Response) error {
 type trackedBody struct {
 	rc   io.ReadCloser
 	read atomic.Bool // set by the transport's writer goroutine
+	// framed: an HTTP/1 body, whose own framing errors are errBadBody.
+	framed bool
 }
 
 func (b *trackedBody) Read(p []byte) (int, error) {
 	b.read.Store(true)
-	return b.rc.Read(p)
+	n, err := b.rc.Read(p)
+	if b.framed && malformedBody(err) {
+		err = fmt.Errorf("%w: %w", errBadBody, err)
+	}
+	return n, err
+}
+
+// malformedBody reports a read error of net/http's HTTP/1 server that is
+// the body's own (its chunked coding broken), not the caller gone (a cut
+// body, a network error) nor the limit (*http.MaxBytesError). HTTP/2's
+// DATA frames have no such coding: its read errors are the stream's.
+func malformedBody(err error) bool {
+	var ne net.Error
+	var tooLarge *http.MaxBytesError
+	return err != nil && err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &ne) &&
+		!errors.As(err, &tooLarge) && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrBodyReadAfterClose)
 }
 
 func (b *trackedBody) Close() error {

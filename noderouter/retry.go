@@ -47,7 +47,7 @@ const errServerClosedIdle = "http: server closed idle connection"
 func classify(err error, reqDone bool) failure {
 	var tooLarge *http.MaxBytesError
 	switch {
-	case err == nil, reqDone, errors.As(err, &tooLarge):
+	case err == nil, reqDone, errors.As(err, &tooLarge), errors.Is(err, errBadBody):
 		return failOther
 	case isDialError(err):
 		return failDial

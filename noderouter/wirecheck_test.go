@@ -125,7 +125,8 @@ func stricter(status int, s stdReq, maxHead int) bool {
 			}
 		}
 		uri := s.req.RequestURI
-		return strings.Contains(lower, "\n ") || strings.Contains(lower, "\n\t") || // obs-fold
+		return checkConnection(s.req.Header) != nil || // h1.ErrBadConnection
+			strings.Contains(lower, "\n ") || strings.Contains(lower, "\n\t") || // obs-fold
 			strings.Contains(lower, "transfer-encoding") || // with Content-Length, or in HTTP/1.0
 			s.req.Method == "CONNECT" ||
 			(uri != "*" && !strings.HasPrefix(uri, "/") && !plainAbsolute(uri))
@@ -151,10 +152,12 @@ func plainAbsolute(uri string) bool {
 }
 
 // isRefusal reports the h1 server's own answer to a head it cannot read
-// (plain text; the core's answers are JSON).
+// (plain text; the core's answers are JSON, and so is the refusal of a
+// Connection field naming the framing, bad_connection_header).
 func isRefusal(r wireResp) bool {
 	_, inst := r.fromInstance()
-	return !inst && strings.HasPrefix(r.header.Get("Content-Type"), "text/plain")
+	return !inst && (strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") ||
+		strings.Contains(r.body, `"reason":"`+reasonBadConnection+`"`))
 }
 
 // wireAgree checks one connection through the h1 forwarder against

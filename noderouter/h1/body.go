@@ -53,7 +53,8 @@ func (b *Body) Reset(br *bufio.Reader, f Framing) {
 }
 
 // Trailer returns the trailer fields of a chunked body, complete once Read
-// has returned io.EOF.
+// has returned io.EOF. Fields named with ReservedPrefix are marked dropped:
+// WriteLastChunk leaves them out.
 func (b *Body) Trailer() *Header { return &b.trailer }
 
 // N returns how many body bytes (decoded) Read has returned.
@@ -252,6 +253,9 @@ func (b *Body) readTrailer() error {
 		}
 		end--
 		if end == start {
+			// The router's own fields come from the router, never from a
+			// peer's trailers.
+			t.dropReserved()
 			return nil
 		}
 		if err := t.addField(start, end); err != nil {

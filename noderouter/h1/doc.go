@@ -67,9 +67,19 @@
 //   - Status codes must be three digits from 100 ("+99", "000" are
 //     errors), reason phrases free of CTLs, response versions HTTP/1.x.
 //   - Trailer lines must end in CRLF.
+//   - A Connection field naming Content-Length, Transfer-Encoding, Host,
+//     a field of ReservedPrefix (X-Skipper-*), or "upgrade" in a head
+//     without an Upgrade field is ErrBadConnection (400 for a request, 502
+//     for a response): DropHopByHop would drop what frames or routes the
+//     message, and its body would reach the next hop as messages of their
+//     own (issue 30). net/http forwards such a message with its framing.
 //   - The head has a size limit of its own (max, e.g. DefaultMaxHead):
 //     ErrHeadTooLarge counts the head's bytes exactly; net/http counts
 //     MaxHeaderBytes+4096 of everything read.
+//
+// Trailers: a trailer section's fields named with ReservedPrefix are
+// marked dropped as it is read (Body.Trailer), so that neither a caller
+// nor an instance can pass the router's own fields on in them.
 //
 // Not done here: the net/http server skips CRLFs after a POST's body
 // before the next request (RFC 9112 §2.2 robustness); answering Expect
@@ -88,8 +98,9 @@
 //     req.DropHopByHop(), req.Drop("X-Skipper-Function"), AppendValues
 //     for X-Forwarded-For and Forwarded into a per-connection scratch
 //     buffer, Drop those, and WriteRequest(upR, req, add) with add holding
-//     the new X-Forwarded-*/Forwarded fields, "Transfer-Encoding: chunked"
-//     when req.Framing() is chunked, Host when Absolute() or missing
+//     the new X-Forwarded-*/Forwarded fields, the framing written from
+//     req.Framing() ("Transfer-Encoding: chunked", or "Content-Length: n"
+//     in place of the caller's, never copied), Host when Absolute() or missing
 //     (HTTP/1.0), and "Connection: Upgrade"/"Upgrade" when req.Upgrade().
 //  4. Body: body.Reset(callerR, req.Framing()); Copy(upW,
 //     &body, chunked, true) (chunk by chunk, each flushed). With
@@ -101,11 +112,14 @@
 //     (WriteResponse, flush) and read again. SwitchingProtocols(): write
 //     the head and splice both ways until either side closes.
 //  6. resp.DropHopByHop(), WriteResponse(callerW, resp, add) with framing
-//     for the caller (chunked stays chunked to an HTTP/1.1 caller; an
+//     for the caller written from resp.Framing() (a length body's
+//     Content-Length replaced; chunked stays chunked to an HTTP/1.1 caller; an
 //     HTTP/1.0 caller gets the decoded body and a close), then Copy with
 //     flush (server-sent events arrive as written).
 //  7. The upstream connection returns to its pool only if
-//     resp.KeepAlive() and the request body was read to its end; the
+//     resp.KeepAlive(), the request body was read to its end, the
+//     response body was read to the end its framing gives and nothing
+//     is left unread in the connection's reader; the
 //     caller's connection serves the next request only if req.KeepAlive()
 //     and the response went out framed. A *WriteError from Copy names the
 //     side that failed.

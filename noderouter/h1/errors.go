@@ -42,6 +42,13 @@ var (
 	ErrAmbiguousLength = fmt.Errorf("%w: ambiguous body length", ErrMalformed)
 	// ErrBadChunk: a chunked body breaks the chunked coding.
 	ErrBadChunk = fmt.Errorf("%w: bad chunked encoding", ErrMalformed)
+	// ErrBadConnection: a Connection field names a field that frames or
+	// routes the message (Content-Length, Transfer-Encoding, Host, a
+	// field of ReservedPrefix) or "upgrade" without an Upgrade field.
+	// Dropping such a field as hop-by-hop would forward the body without
+	// its length, so that its bytes reach the next hop as a message of
+	// their own (issue 30); net/http keeps the framing and forwards.
+	ErrBadConnection = fmt.Errorf("%w: Connection names a framing field", ErrMalformed)
 )
 
 // errNameSpace is a field name with a space in it, which net/http's

@@ -142,6 +142,57 @@ func (h *Header) DropHopByHop() {
 	}
 }
 
+// ReservedPrefix starts the names of the router's own fields
+// (X-Skipper-Function, X-Skipper-Caller, ...): no Connection field may
+// name one, and a trailer section's are dropped (Body).
+const ReservedPrefix = "X-Skipper-"
+
+// checkConnection refuses a head whose Connection fields name a field
+// that frames or routes it: Content-Length, Transfer-Encoding, Host, a
+// field of ReservedPrefix, or "upgrade" when the head has no Upgrade field
+// (outside an upgrade, or a response's offer of one, RFC 9110 §7.8).
+// DropHopByHop would drop them, and the message then goes on without its
+// length, its host or the router's own fields.
+func (h *Header) checkConnection() error {
+	upgrade := h.Index("Upgrade", 0) >= 0
+	for i := h.Index("Connection", 0); i >= 0; i = h.Index("Connection", i+1) {
+		if BadConnection(h.Value(i), upgrade) {
+			return wrapf(ErrBadConnection, "Connection", h.Value(i))
+		}
+	}
+	return nil
+}
+
+// BadConnection reports whether a Connection field's value names a field
+// that frames or routes the message (ErrBadConnection's rule); upgrade
+// says the head has an Upgrade field. Forwarders that read heads with
+// net/http apply the rule with it.
+func BadConnection(value []byte, upgrade bool) bool {
+	for v := value; len(v) > 0; {
+		var elem []byte
+		elem, v = nextElement(v)
+		if equalFold(elem, "Content-Length") || equalFold(elem, "Transfer-Encoding") || equalFold(elem, "Host") ||
+			(!upgrade && equalFold(elem, "Upgrade")) || isReserved(elem) {
+			return true
+		}
+	}
+	return false
+}
+
+// isReserved reports a field name of ReservedPrefix.
+func isReserved(name []byte) bool {
+	return len(name) >= len(ReservedPrefix) && equalFold(name[:len(ReservedPrefix)], ReservedPrefix)
+}
+
+// dropReserved marks the fields named with ReservedPrefix dropped.
+func (h *Header) dropReserved() {
+	for i := range h.fields {
+		if isReserved(h.bytes(h.fields[i].name)) {
+			h.fields[i].drop = true
+		}
+	}
+}
+
 // AppendValues appends the values of the fields named name to dst,
 // separated by sep, and returns it; dst is returned unchanged when there is
 // none. A caller-owned dst makes it allocation-free once dst has grown.

@@ -183,6 +183,8 @@ func stricter(err error, data []byte, req *http.Request, res *http.Response) boo
 		return strings.Contains(head, "transfer-encoding")
 	case errors.Is(err, errNameSpace):
 		return hasSpaceKey(req, res)
+	case errors.Is(err, ErrBadConnection):
+		return badConnection(req, res)
 	case req != nil && errors.Is(err, ErrUnsupportedTarget):
 		return req.RequestURI != "*" && !strings.HasPrefix(req.RequestURI, "/")
 	case req != nil && errors.Is(err, ErrUnsupportedMethod):
@@ -196,6 +198,32 @@ func stricter(err error, data []byte, req *http.Request, res *http.Response) boo
 		return res.StatusCode < 100 || strings.ContainsAny(code, "+-")
 	case res != nil && errors.Is(err, errReason):
 		return strings.ContainsFunc(res.Status, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f })
+	}
+	return false
+}
+
+// badConnection reports a Connection field, as net/http read it, naming
+// Content-Length, Transfer-Encoding, Host or an X-Skipper-* field, or
+// "upgrade" without an Upgrade field (ErrBadConnection's rule, restated).
+func badConnection(req *http.Request, res *http.Response) bool {
+	var h http.Header
+	switch {
+	case req != nil:
+		h = req.Header
+	case res != nil:
+		h = res.Header
+	default:
+		return false
+	}
+	for _, v := range h["Connection"] {
+		for _, e := range strings.Split(v, ",") {
+			e = strings.ToLower(strings.Trim(e, " \t"))
+			switch {
+			case e == "content-length", e == "transfer-encoding", e == "host", strings.HasPrefix(e, "x-skipper-"),
+				e == "upgrade" && len(h["Upgrade"]) == 0:
+				return true
+			}
+		}
 	}
 	return false
 }

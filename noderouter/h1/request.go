@@ -213,6 +213,9 @@ func (r *Request) check() error {
 	if err != nil {
 		return fmt.Errorf("request: %w", err)
 	}
+	if err := r.checkConnection(); err != nil {
+		return fmt.Errorf("request: %w", err)
+	}
 	if r.framing, err = requestFraming(l); err != nil {
 		return fmt.Errorf("request with Transfer-Encoding and Content-Length: %w", err)
 	}

@@ -45,6 +45,9 @@ func (r *Response) Read(br *bufio.Reader, max int, forHEAD bool) error {
 	if err != nil {
 		return fmt.Errorf("response: %w", err)
 	}
+	if err := r.checkConnection(); err != nil {
+		return fmt.Errorf("response: %w", err)
+	}
 	r.framing = responseFraming(r.status, forHEAD, l)
 	if l.chunked {
 		r.Drop("Content-Length")

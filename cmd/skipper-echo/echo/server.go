@@ -52,11 +52,32 @@ type Server struct {
 	mu       sync.Mutex
 	assigned *assignment
 	used     *assign.Used // ids of the tokens accepted
+	// seen counts the requests read per path, for at most maxPaths paths:
+	// a test tells from it whether a request reached the instance by any
+	// way, even one no caller was answered for (issue 30's smuggled one).
+	seen map[string]uint64
+}
+
+// maxPaths bounds Server.seen: paths past the first maxPaths are not
+// counted (Response.Seen 0), so that a caller cannot grow it without end.
+const maxPaths = 1024
+
+// see counts a request for path and returns how many this instance has
+// read (0: not counted).
+func (s *Server) see(path string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.seen[path]
+	if !ok && len(s.seen) >= maxPaths {
+		return 0
+	}
+	s.seen[path] = n + 1
+	return n + 1
 }
 
 // NewServer returns the handler of every endpoint of the runtime.
 func NewServer(cfg Config, log *slog.Logger) *Server {
-	s := &Server{cfg: cfg, log: log, now: time.Now, mux: http.NewServeMux(), used: assign.NewUsed(0)}
+	s := &Server{cfg: cfg, log: log, now: time.Now, mux: http.NewServeMux(), used: assign.NewUsed(0), seen: map[string]uint64{}}
 	s.mux.HandleFunc("POST "+assign.Path, s.handleAssign)
 	s.mux.HandleFunc("GET "+assign.Path, s.handleAssignment)
 	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -271,6 +292,9 @@ type Response struct {
 	Assigned bool                `json:"assigned"`
 	Function string              `json:"function,omitempty"`
 	Config   map[string]string   `json:"Config,omitempty"`
+	// Seen is how many requests for Path this instance has read, this one
+	// included (0: past the first 1024 paths, not counted).
+	Seen uint64 `json:"seen"`
 }
 
 // control reads a behaviour knob from the query, then from the header.
@@ -282,6 +306,7 @@ func control(r *http.Request, query, header string) string {
 }
 
 func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
+	seen := s.see(r.URL.Path)
 	if a := s.assignment(); a != nil && !a.Request.Callers.Allows(r.Header.Get(assign.HeaderCaller)) {
 		// The function lists its callers, and no router said this is one:
 		// a call that went around the routers, or one they let through by
@@ -352,6 +377,7 @@ func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 		Host:    r.Host,
 		Body:    string(body),
 		Pod:     Pod{Name: s.cfg.PodName, UID: s.cfg.PodUID},
+		Seen:    seen,
 	}
 	if a := s.assignment(); a != nil {
 		resp.Assigned = true

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -574,7 +575,7 @@ func TestEcho(t *testing.T) {
 	want := Response{
 		Method: "PUT", Path: "/a/b", Query: map[string][]string{"x": {"1", "2"}},
 		Headers: got.Headers, Host: got.Host, Body: "hello",
-		Pod: Pod{Name: "echo-pool-abc", UID: testUID},
+		Pod: Pod{Name: "echo-pool-abc", UID: testUID}, Seen: 1,
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("echo (-want +got):\n%s", diff)
@@ -591,6 +592,28 @@ func TestEcho(t *testing.T) {
 	_, got = echo(t, f.ts.Client(), req)
 	if !got.Assigned || got.Function != "default/echo" || got.Config["k"] != "v" {
 		t.Errorf("assigned instance answered assigned=%v function=%q Config=%v", got.Assigned, got.Function, got.Config)
+	}
+}
+
+// TestEchoSeen: each path's requests are counted, the count bounded in
+// paths (issue 30's e2e counts the requests that reached an instance).
+func TestEchoSeen(t *testing.T) {
+	s := NewServer(DefaultConfig(), slog.New(slog.DiscardHandler))
+	for i, want := range []uint64{1, 2, 3} {
+		if got := s.see("/a"); got != want {
+			t.Fatalf("call %d: seen %d, want %d", i, got, want)
+		}
+	}
+	for i := range maxPaths - 1 {
+		if got := s.see(fmt.Sprint("/p", i)); got != 1 {
+			t.Fatalf("path %d: seen %d, want 1", i, got)
+		}
+	}
+	if got := s.see("/one-too-many"); got != 0 {
+		t.Errorf("path %d: seen %d, want 0 (not counted)", maxPaths+1, got)
+	}
+	if got := s.see("/a"); got != 4 {
+		t.Errorf("a counted path past the bound: seen %d, want 4", got)
 	}
 }
 
