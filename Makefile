@@ -14,7 +14,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
 TEST_BINS    := skipper-cluster skipper-nodeagent skipper-container-init skipper-bench
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: image image-bins proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-soak bpf-generate deps fuzz build build-bins kube tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -30,6 +30,16 @@ build-bins:
 	CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./cmd/,$(SKIPPER_BINS))
 	CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ $(addprefix ./tests/cmd/,$(TEST_BINS))
 	cd tests/promql && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-promql
+
+## image: the Skipper image (the binaries of build at /<binary>, the Dockerfile's
+## user and entrypoint) and the sandbox ("pause") image, as an OCI image layout
+## in bin/image, with go-containerregistry (no Docker, no base image; nested
+## module tests/image)
+image: build
+	@$(STEP) -p image "building the Skipper and pause images into bin/image" -- $(MAKE) --no-print-directory image-bins
+image-bins:
+	cd tests/image && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-image ./cmd/skipper-pause
+	$(BIN)/skipper-image build --bin $(BIN) --out $(BIN)/image
 
 ## kube: the Kubernetes multi-call binary from the nested module (cold: ~15 min)
 kube: $(BIN)/kube
@@ -78,6 +88,7 @@ verify: generate
 lint:
 	$(GO) vet ./...
 	cd tests/promql && $(GO) vet ./...
+	cd tests/image && $(GO) vet ./...
 	cd tests/benchplot && $(GO) vet ./...
 	cd tests/fastproxy && $(GO) vet ./...
 
@@ -88,6 +99,7 @@ unit:
 	SKIPPER_TEST_FORWARDER=h1 $(GO) test -race -count=1 ./noderouter/
 	SKIPPER_TEST_FORWARDER=nethttp $(GO) test -race -count=1 ./noderouter/
 	cd tests/promql && $(GO) test -count=1 ./...
+	cd tests/image && $(GO) test -race -count=1 ./...
 	cd tests/benchplot && $(GO) test -count=1 ./...
 	cd tests/fastproxy && $(GO) test -race -count=1 ./...
 

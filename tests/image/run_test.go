@@ -1,0 +1,264 @@
+package image
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/*.golden")
+
+// golden compares got with testdata/<file>; -update rewrites it first.
+func golden(t *testing.T, file string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", file)
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (go test -run %s -update)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), string(got)); diff != "" {
+		t.Errorf("%s (-want +got; refresh with go test -run %s -update):\n%s", path, t.Name(), diff)
+	}
+}
+
+func TestHelpGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{name: "help.golden", args: []string{"--help"}},
+		{name: "build-help.golden", args: []string{"build", "--help"}},
+		{name: "serve-help.golden", args: []string{"serve", "--help"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if err := Run(t.Context(), tc.args, &out); err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.name, out.Bytes())
+		})
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	for _, k := range []string{"SKIPPER_IMAGE_BIN", "SKIPPER_IMAGE_LAYOUT", "SKIPPER_IMAGE", "SKIPPER_PAUSE_IMAGE",
+		"SOURCE_DATE_EPOCH", "SKIPPER_REGISTRY_ADDR", "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"} {
+		t.Setenv(k, "") // ignore the caller's environment; empty means unset
+	}
+	t.Run("build defaults", func(t *testing.T) {
+		c, err := ParseBuildConfig(nil, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(DefaultBuildConfig(), c); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("build from env and flags", func(t *testing.T) {
+		t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
+		t.Setenv("SKIPPER_IMAGE", "198.51.100.1:5000/skipper-dev/skipper:env")
+		c, err := ParseBuildConfig([]string{"--bin", "b", "--out", "o", "--tag", "198.51.100.1:5000/skipper-dev/skipper:flag"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := BuildConfig{Bin: "b", Out: "o", Tag: "198.51.100.1:5000/skipper-dev/skipper:flag",
+			PauseTag: DefaultBuildConfig().PauseTag, SourceDateEpoch: 1700000000}
+		if diff := cmp.Diff(want, c); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	t.Run("serve from env", func(t *testing.T) {
+		t.Setenv("SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT", "2s")
+		c, err := ParseServeConfig([]string{"--addr", "198.51.100.1:5000"}, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := ServeConfig{Addr: "198.51.100.1:5000", Layout: "bin/image", ShutdownTimeout: 2 * time.Second}
+		if diff := cmp.Diff(want, c); diff != "" {
+			t.Errorf("(-want +got):\n%s", diff)
+		}
+	})
+	for _, tc := range []struct {
+		name  string
+		serve bool
+		args  []string
+		want  []string // in the error, each
+	}{
+		{name: "no registry in tag", args: []string{"--tag", "skipper:dev"}, want: []string{"--tag"}},
+		{name: "no tag", args: []string{"--pause-tag", "ghcr.io/skipper-dev/pause"}, want: []string{"--pause-tag"}},
+		{name: "same tags", args: []string{"--pause-tag", "ghcr.io/skipper-dev/skipper:dev"}, want: []string{"both"}},
+		{name: "every problem at once", args: []string{"--bin", "", "--out", "", "--source-date-epoch", "-1"},
+			want: []string{"--bin", "--out", "--source-date-epoch"}},
+		{name: "stray argument", args: []string{"extra"}, want: []string{"unexpected"}},
+		{name: "serve: bad addr and timeout", serve: true, args: []string{"--addr", "5000", "--shutdown-timeout", "0s"},
+			want: []string{"--addr", "--shutdown-timeout"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.serve {
+				_, err = ParseServeConfig(tc.args, io.Discard)
+			} else {
+				_, err = ParseBuildConfig(tc.args, io.Discard)
+			}
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not mention %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// lines is an io.Writer that hands each complete line to a channel as
+// well as keeping it.
+type lines struct {
+	mu   sync.Mutex
+	buf  []byte
+	all  strings.Builder
+	sent chan string
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all.Write(p)
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		select {
+		case l.sent <- string(l.buf[:i]):
+		default: // nobody waiting for more
+		}
+		l.buf = l.buf[i+1:]
+	}
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.all.String()
+}
+
+var (
+	builtLine   = regexp.MustCompile(`msg=image ref=(\S+) digest=(\S+) size=(\d+)`)
+	servingLine = regexp.MustCompile(`msg=serving addr=(\S+)`)
+)
+
+// The command end to end on loopback: build from small fake binaries,
+// serve on 127.0.0.1:0, pull each image with go-containerregistry's
+// remote package: the digests are the layout's.
+func TestBuildServePull(t *testing.T) {
+	bin := fakeBin(t, allBins()...)
+	out := filepath.Join(t.TempDir(), "image")
+	var built bytes.Buffer
+	if err := Run(t.Context(), []string{"build", "--bin", bin, "--out", out}, &built); err != nil {
+		t.Fatalf("build: %v\n%s", err, built.String())
+	}
+	want := map[string]string{} // repository:tag -> digest
+	for _, m := range builtLine.FindAllStringSubmatch(built.String(), -1) {
+		ref, err := name.NewTag(m[1])
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[ref.RepositoryStr()+":"+ref.TagStr()] = m[2]
+	}
+	if len(want) != 2 {
+		t.Fatalf("build printed %d images, want 2:\n%s", len(want), built.String())
+	}
+
+	ctx, cancel := context.WithCancel(t.Context())
+	w := &lines{sent: make(chan string, 64)}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--layout", out}, w) }()
+	var addr string
+	for addr == "" {
+		select {
+		case l := <-w.sent:
+			if m := servingLine.FindStringSubmatch(l); m != nil {
+				addr = m[1]
+			}
+		case err := <-done:
+			cancel()
+			t.Fatalf("serve ended before serving: %v\n%s", err, w.String())
+		case <-time.After(30 * time.Second):
+			cancel()
+			<-done
+			t.Fatalf("serve printed no serving line in 30s:\n%s", w.String())
+		}
+	}
+
+	tr := remote.DefaultTransport.(*http.Transport).Clone()
+	got := map[string]string{}
+	for repoTag := range want {
+		ref, err := name.NewTag(addr+"/"+repoTag, name.StrictValidation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := remote.Image(ref, remote.WithContext(ctx), remote.WithTransport(tr))
+		if err != nil {
+			t.Fatalf("pull %s: %v", ref, err)
+		}
+		d, err := img.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Read every layer through (the reader checks the digest at its
+		// end): the registry serves the blobs too.
+		layers, err := img.Layers()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range layers {
+			rc, err := l.Compressed()
+			if err != nil {
+				t.Fatalf("pull %s layer: %v", ref, err)
+			}
+			if _, err := io.Copy(io.Discard, rc); err != nil {
+				t.Fatalf("pull %s layer: %v", ref, err)
+			}
+			rc.Close()
+		}
+		got[repoTag] = d.String()
+	}
+	tr.CloseIdleConnections()
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pulled digests (-built +pulled):\n%s", diff)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve after cancel: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not end within 10s of its context")
+	}
+}
