@@ -11,9 +11,11 @@
 // and forwards on a kept-alive instance connection (at most
 // --max-idle-conns-per-host idle per instance), stripping the function
 // header and the
-// hop-by-hop headers, appending this hop to X-Forwarded-For and Forwarded
-// (RFC 7239) and keeping a caller's X-Forwarded-Host/Proto (set from this
-// hop otherwise). The data plane speaks HTTP/1.1 and h2c (HTTP/2 cleartext
+// hop-by-hop headers (a Connection field naming the framing, Host or an
+// X-Skipper-* field is a 400 bad_connection_header, and the framing is
+// written from the parsed one: issue 30), appending this hop to
+// X-Forwarded-For and Forwarded (RFC 7239) and keeping a caller's
+// X-Forwarded-Host/Proto (set from this hop otherwise). The data plane speaks HTTP/1.1 and h2c (HTTP/2 cleartext
 // with prior knowledge); instances are spoken to in HTTP/1.1. Upgrades
 // (WebSocket) pass through and hold their instance's slot while open.
 //
@@ -73,8 +75,9 @@
 // the read crosses it for a chunked body) and --max-in-flight (default
 // 10000 requests at once across all functions; 503 router_overloaded with
 // Retry-After); a cache miss waits at most --cold-start-timeout, then 503
-// with Retry-After. Answers of limits count in
-// skipper_noderouter_rejected_total{reason}.
+// with Retry-After. Answers of limits, and the refusal of a Connection
+// field naming the framing, count in skipper_noderouter_rejected_total{reason};
+// a request body that breaks its chunked coding is a 400 malformed_body.
 //
 // Nothing leaks: every instance a request takes (a slot below the
 // concurrencyLimit, or a oneshot instance) is given back by a defer in the

@@ -120,7 +120,7 @@ func unknownAnswer(ref route.Ref) answer {
 // a field that frames or routes it (h1.ErrBadConnection; issue 30).
 func badConnectionAnswer(err error) answer {
 	return answer{status: http.StatusBadRequest, reason: reasonBadConnection,
-		msg: "a Connection field may not name Content-Length, Transfer-Encoding, Host, an X-Skipper-* field, or Upgrade outside an upgrade: " + err.Error()}
+		msg: "a Connection field may not name Content-Length, Transfer-Encoding, Host or an X-Skipper-* field: " + err.Error()}
 }
 
 // tooLargeAnswer is the 413 of a body over --max-body-bytes. Like

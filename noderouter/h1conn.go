@@ -256,7 +256,12 @@ func (c *h1conn) refuse(err error) {
 	}
 	code := h1.Status(err)
 	text := strconv.Itoa(code) + " " + http.StatusText(code)
-	c.bw.WriteString("HTTP/1.1 " + text + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n" + text)
+	c.bw.WriteString("HTTP/1.1 " + text + "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n")
+	if !c.req.IsHEAD() {
+		// A head read as far as its method may be a HEAD's: no body then
+		// (found by FuzzRouterSplit).
+		c.bw.WriteString(text)
+	}
 	_ = c.bw.Flush()
 	c.s.log.Debug("bad request head", "remote", c.forIP, "status", code, "err", err)
 	c.lingerClose()

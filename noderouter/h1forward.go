@@ -150,8 +150,14 @@ func (c *h1conn) awaitHead(up *upConn) error {
 			}
 			return nil
 		}
+		if c.req.Minor() == 0 {
+			// Never to an HTTP/1.0 caller (RFC 9110 §15.2), which would
+			// take it for the final answer.
+			continue
+		}
 		// 100 Continue and the like go to the caller as they come.
 		c.resp.DropHopByHop()
+		c.resp.Drop("Content-Length") // never sent with a 1xx (RFC 9110 §8.6)
 		c.stopWatch()
 		if err := h1.WriteResponse(c.bw, &c.resp, nil); err == nil {
 			err = c.bw.Flush()
@@ -332,6 +338,8 @@ func (c *h1conn) relay(up *upConn) result {
 	case f.Kind == h1.BodyLength:
 		// Written from the parsed length, never copied (issue 30).
 		add, c.lenBuf = appendLength(add, c.lenBuf[:0], &r.Header, f.Length)
+	case status == http.StatusNoContent:
+		r.Drop("Content-Length") // never sent with a 204 (RFC 9110 §8.6)
 	}
 	switch {
 	case c.closeAfter:
@@ -365,12 +373,12 @@ func (c *h1conn) relay(up *upConn) result {
 		c.closeAfter = true
 		return result{status: status, aborted: c.abortCode(err)}
 	}
-	if r.KeepAlive() && f.Kind != h1.BodyUntilClose && up.br.Buffered() == 0 {
-		// Reused only with nothing left unread after an answer read to
-		// the end its framing gives: bytes beyond it would be taken for
-		// the next request's answer (issue 30). Bytes that come later are
-		// found by alive when the connection idled, or read as the next
-		// answer, which only this instance's own calls can see.
+	if r.KeepAlive() && f.Kind != h1.BodyUntilClose {
+		// The pool takes it only with nothing left unread after the end
+		// its framing gives (issue 30): bytes beyond it would be taken for
+		// the next request's answer. Bytes that come later are found by
+		// alive when the connection idled, or read as the next answer,
+		// which only this instance's own calls can see.
 		// Its deadline stays on in the pool (nothing reads it there): the
 		// next request's replaces it.
 		c.p.pool.put(up, time.Now())

@@ -212,7 +212,7 @@ func newMetrics(node string) *metrics {
 	m.preconnects.WithLabelValues("failed")
 	m.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Subsystem: sub, Name: "rejected_total",
-		Help: "Requests turned away by a limit or a refusal, by reason: router_overloaded (--max-in-flight), body_too_large (--max-body-bytes), queue_full (every instance at its concurrencyLimit and --max-queue waiting), caller_unknown and caller_denied (a function with spec.callers, called by a pod the router cannot identify or one not listed), bad_connection_header (a Connection field naming Content-Length, Transfer-Encoding, Host, an X-Skipper-* field, or Upgrade outside an upgrade: a 400).",
+		Help: "Requests turned away by a limit or a refusal, by reason: router_overloaded (--max-in-flight), body_too_large (--max-body-bytes), queue_full (every instance at its concurrencyLimit and --max-queue waiting), caller_unknown and caller_denied (a function with spec.callers, called by a pod the router cannot identify or one not listed), bad_connection_header (a Connection field naming Content-Length, Transfer-Encoding, Host or an X-Skipper-* field: a 400).",
 	}, []string{"reason"})
 	for _, r := range rejectReasons {
 		m.rejected.WithLabelValues(r)

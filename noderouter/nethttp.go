@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"slices"
@@ -79,6 +78,9 @@ func (f *nethttpForwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ans.write(w, f.p.count(nil, ans, route.Ref{}))
 		return
 	}
+	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+		w = http10Writer{w}
+	}
 	x := &httpExchange{f: f, w: w, r: r}
 	defer x.done()
 	f.p.serve(x)
@@ -88,6 +90,22 @@ func (f *nethttpForwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 }
+
+// http10Writer keeps an instance's 1xx answers from an HTTP/1.0 caller
+// (RFC 9110 §15.2), which would take one for the final answer: the
+// ReverseProxy relays them, and net/http's server writes them whatever
+// the caller's version. Unwrap lets http.ResponseController reach the
+// connection (Flush, Hijack for an upgrade).
+type http10Writer struct{ http.ResponseWriter }
+
+func (w http10Writer) WriteHeader(code int) {
+	if code >= 100 && code < 200 {
+		return
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w http10Writer) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // httpExchange is a request net/http read.
 type httpExchange struct {
@@ -100,7 +118,6 @@ type httpExchange struct {
 	cancel context.CancelFunc
 	body   *trackedBody
 	at     attempt
-	trace  httptrace.ClientTrace // records the attempt's connection
 	abort  bool
 	// account is X-Skipper-Caller's value ("": not sent).
 	account string
@@ -113,20 +130,13 @@ type attempt struct {
 	account  string // X-Skipper-Caller ("": not sent)
 	status   int
 	err      error
-	// conn is the instance connection the transport sent it on, closed
-	// when the answer breaks the rules (it never goes back to the pool).
-	conn net.Conn
 }
-
-// gotConn records the connection an attempt went out on.
-func (a *attempt) gotConn(info httptrace.GotConnInfo) { a.conn = info.Conn }
 
 // checkConnection is h1's rule on Connection fields for a head net/http
 // read (h1.ErrBadConnection).
 func checkConnection(h http.Header) error {
-	upgrade := len(h["Upgrade"]) > 0
 	for _, v := range h["Connection"] {
-		if h1.BadConnection([]byte(v), upgrade) {
+		if h1.BadConnection([]byte(v)) {
 			return fmt.Errorf("%w: Connection %q", h1.ErrBadConnection, v)
 		}
 	}
@@ -195,8 +205,6 @@ func (x *httpExchange) send(in *route.Instance, deadline time.Time) (res result)
 		if !deadline.IsZero() {
 			x.sctx, x.cancel = context.WithDeadline(x.sctx, deadline)
 		}
-		x.trace.GotConn = x.at.gotConn
-		x.sctx = httptrace.WithClientTrace(x.sctx, &x.trace)
 		x.out = x.r.WithContext(x.sctx)
 		if r := x.r; r.Body != nil && r.Body != http.NoBody {
 			rc := r.Body
@@ -288,9 +296,12 @@ func recordStatus(res *http.Response) error {
 // checkedTransport holds the instance's answers to h1's rules before the
 // ReverseProxy, which drops the fields Connection names, sees them. An
 // answer whose Connection field names its framing is an error (a 502, as
-// under h1), and the connection it came on is closed: the transport may
-// have put it back in its pool already. A chunked answer's X-Skipper-*
-// trailers are dropped at its end.
+// under h1). Its body is closed unread, which closes the connection; one
+// without a body went back to the transport's pool as it was read. That
+// is safe here, unlike under h1: the transport frames an answer by its
+// own parse whatever Connection names, so nothing of it is left unread,
+// and it drops a connection on which bytes arrive unasked. A chunked
+// answer's X-Skipper-* trailers are dropped at its end.
 type checkedTransport struct{ *http.Transport }
 
 func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -299,9 +310,6 @@ func (t checkedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	if err := checkConnection(res.Header); err != nil {
-		if a := attemptOf(req); a.conn != nil {
-			_ = a.conn.Close()
-		}
 		_ = res.Body.Close()
 		return nil, fmt.Errorf("instance answer: %w", err)
 	}
@@ -338,11 +346,14 @@ func (b *trackedBody) Read(p []byte) (int, error) {
 // the body's own (its chunked coding broken), not the caller gone (a cut
 // body, a network error) nor the limit (*http.MaxBytesError). HTTP/2's
 // DATA frames have no such coding: its read errors are the stream's.
+// net/http reports a caller gone inside the trailers with an error of its
+// own, which has no sentinel: "http: unexpected EOF reading trailer".
 func malformedBody(err error) bool {
 	var ne net.Error
 	var tooLarge *http.MaxBytesError
 	return err != nil && err != io.EOF && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.As(err, &ne) &&
-		!errors.As(err, &tooLarge) && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrBodyReadAfterClose)
+		!errors.As(err, &tooLarge) && !errors.Is(err, context.Canceled) && !errors.Is(err, http.ErrBodyReadAfterClose) &&
+		!strings.Contains(err.Error(), "unexpected EOF")
 }
 
 func (b *trackedBody) Close() error {

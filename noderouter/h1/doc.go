@@ -67,12 +67,12 @@
 //   - Status codes must be three digits from 100 ("+99", "000" are
 //     errors), reason phrases free of CTLs, response versions HTTP/1.x.
 //   - Trailer lines must end in CRLF.
-//   - A Connection field naming Content-Length, Transfer-Encoding, Host,
-//     a field of ReservedPrefix (X-Skipper-*), or "upgrade" in a head
-//     without an Upgrade field is ErrBadConnection (400 for a request, 502
-//     for a response): DropHopByHop would drop what frames or routes the
-//     message, and its body would reach the next hop as messages of their
-//     own (issue 30). net/http forwards such a message with its framing.
+//   - A Connection field naming Content-Length, Transfer-Encoding, Host or
+//     a field of ReservedPrefix (X-Skipper-*) is ErrBadConnection (400 for
+//     a request, 502 for a response): DropHopByHop would drop what frames
+//     or routes the message, and its body would reach the next hop as
+//     messages of their own (issue 30). net/http forwards such a message
+//     with its framing. Naming "upgrade" is allowed (see BadConnection).
 //   - The head has a size limit of its own (max, e.g. DefaultMaxHead):
 //     ErrHeadTooLarge counts the head's bytes exactly; net/http counts
 //     MaxHeaderBytes+4096 of everything read.
@@ -104,12 +104,12 @@
 //     (HTTP/1.0), and "Connection: Upgrade"/"Upgrade" when req.Upgrade().
 //  4. Body: body.Reset(callerR, req.Framing()); Copy(upW,
 //     &body, chunked, true) (chunk by chunk, each flushed). With
-//     ExpectContinue, write and flush the head first and read the
-//     response: a 100 is relayed and then the body copied; a final status
-//     means the body is not sent (and the caller's connection closes
-//     unless it was sent anyway).
+//     ExpectContinue the forwarder drops Expect, answers the caller's
+//     100 Continue itself and then copies the body. A body that breaks
+//     its coding (ErrMalformed) is a 400 to the caller, and the instance's
+//     connection, holding part of a request, is closed.
 //  5. resp.Read(upR, max, req.IsHEAD()); relay Informational() responses
-//     (WriteResponse, flush) and read again. SwitchingProtocols(): write
+//     (WriteResponse, flush; never to an HTTP/1.0 caller) and read again. SwitchingProtocols(): write
 //     the head and splice both ways until either side closes.
 //  6. resp.DropHopByHop(), WriteResponse(callerW, resp, add) with framing
 //     for the caller written from resp.Framing() (a length body's
@@ -119,7 +119,9 @@
 //  7. The upstream connection returns to its pool only if
 //     resp.KeepAlive(), the request body was read to its end, the
 //     response body was read to the end its framing gives and nothing
-//     is left unread in the connection's reader; the
+//     is left unread in the connection's reader (bytes that arrive later
+//     are found only when the connection is next used: by the liveness
+//     peek of one that idled, or read as the next answer); the
 //     caller's connection serves the next request only if req.KeepAlive()
 //     and the response went out framed. A *WriteError from Copy names the
 //     side that failed.

@@ -44,7 +44,7 @@ var (
 	ErrBadChunk = fmt.Errorf("%w: bad chunked encoding", ErrMalformed)
 	// ErrBadConnection: a Connection field names a field that frames or
 	// routes the message (Content-Length, Transfer-Encoding, Host, a
-	// field of ReservedPrefix) or "upgrade" without an Upgrade field.
+	// field of ReservedPrefix).
 	// Dropping such a field as hop-by-hop would forward the body without
 	// its length, so that its bytes reach the next hop as a message of
 	// their own (issue 30); net/http keeps the framing and forwards.

@@ -148,15 +148,12 @@ func (h *Header) DropHopByHop() {
 const ReservedPrefix = "X-Skipper-"
 
 // checkConnection refuses a head whose Connection fields name a field
-// that frames or routes it: Content-Length, Transfer-Encoding, Host, a
-// field of ReservedPrefix, or "upgrade" when the head has no Upgrade field
-// (outside an upgrade, or a response's offer of one, RFC 9110 §7.8).
-// DropHopByHop would drop them, and the message then goes on without its
-// length, its host or the router's own fields.
+// that frames or routes it: Content-Length, Transfer-Encoding, Host or a
+// field of ReservedPrefix. DropHopByHop would drop them, and the message
+// then goes on without its length, its host or the router's own fields.
 func (h *Header) checkConnection() error {
-	upgrade := h.Index("Upgrade", 0) >= 0
 	for i := h.Index("Connection", 0); i >= 0; i = h.Index("Connection", i+1) {
-		if BadConnection(h.Value(i), upgrade) {
+		if BadConnection(h.Value(i)) {
 			return wrapf(ErrBadConnection, "Connection", h.Value(i))
 		}
 	}
@@ -164,15 +161,18 @@ func (h *Header) checkConnection() error {
 }
 
 // BadConnection reports whether a Connection field's value names a field
-// that frames or routes the message (ErrBadConnection's rule); upgrade
-// says the head has an Upgrade field. Forwarders that read heads with
-// net/http apply the rule with it.
-func BadConnection(value []byte, upgrade bool) bool {
+// that frames or routes the message (ErrBadConnection's rule). Forwarders
+// that read heads with net/http apply the rule with it.
+//
+// "upgrade" is allowed with or without an Upgrade field: nothing frames
+// or routes by it (an upgrade needs both, Request.Upgrade), and nginx's
+// own WebSocket example (proxy_set_header Connection "upgrade") sends it
+// on every request it proxies, where the Upgrade field is then absent.
+func BadConnection(value []byte) bool {
 	for v := value; len(v) > 0; {
 		var elem []byte
 		elem, v = nextElement(v)
-		if equalFold(elem, "Content-Length") || equalFold(elem, "Transfer-Encoding") || equalFold(elem, "Host") ||
-			(!upgrade && equalFold(elem, "Upgrade")) || isReserved(elem) {
+		if equalFold(elem, "Content-Length") || equalFold(elem, "Transfer-Encoding") || equalFold(elem, "Host") || isReserved(elem) {
 			return true
 		}
 	}

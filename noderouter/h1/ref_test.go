@@ -203,8 +203,8 @@ func stricter(err error, data []byte, req *http.Request, res *http.Response) boo
 }
 
 // badConnection reports a Connection field, as net/http read it, naming
-// Content-Length, Transfer-Encoding, Host or an X-Skipper-* field, or
-// "upgrade" without an Upgrade field (ErrBadConnection's rule, restated).
+// Content-Length, Transfer-Encoding, Host or an X-Skipper-* field
+// (ErrBadConnection's rule, restated).
 func badConnection(req *http.Request, res *http.Response) bool {
 	var h http.Header
 	switch {
@@ -219,8 +219,7 @@ func badConnection(req *http.Request, res *http.Response) bool {
 		for _, e := range strings.Split(v, ",") {
 			e = strings.ToLower(strings.Trim(e, " \t"))
 			switch {
-			case e == "content-length", e == "transfer-encoding", e == "host", strings.HasPrefix(e, "x-skipper-"),
-				e == "upgrade" && len(h["Upgrade"]) == 0:
+			case e == "content-length", e == "transfer-encoding", e == "host", strings.HasPrefix(e, "x-skipper-"):
 				return true
 			}
 		}
