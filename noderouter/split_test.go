@@ -28,6 +28,15 @@ import (
 // each in turn, whatever SKIPPER_TEST_FORWARDER says.
 var forwarders = []string{forwarderLoop, forwarderH1, forwarderNethttp}
 
+// skipRerun skips a test that runs every forwarder itself when `make
+// unit` reruns the package with SKIPPER_TEST_FORWARDER set to another:
+// once is enough.
+func skipRerun(t testing.TB) {
+	if testForwarder != forwarderLoop {
+		t.Skip("runs every forwarder itself: run with the default SKIPPER_TEST_FORWARDER")
+	}
+}
+
 // hopFields are left out of the comparison on both sides: the fields a
 // hop never passes on (RFC 9110 §7.6.1), those the router writes itself
 // (the framing, X-Forwarded-*, Forwarded) and Expect, which h1 answers
@@ -303,6 +312,7 @@ var smuggle = "POST /outer HTTP/1.1\r\n" + wireHost + "Connection: Content-Lengt
 // answer (status, fields, body, trailers), or the router's own answer
 // (a refusal, or a 502 for an answer it cannot relay).
 func FuzzRouterSplit(f *testing.F) {
+	skipRerun(f)
 	ok := "HTTP/1.1 200 OK\r\nX-Wire: 0\r\nContent-Length: 2\r\n\r\nok"
 	f.Add([]byte(smuggle), []byte(ok))
 	f.Add([]byte("GET / HTTP/1.1\r\n"+wireHost+"\r\n"), []byte("HTTP/1.1 200 OK\r\nConnection: Content-Length\r\nContent-Length: 2\r\n\r\nok"))
@@ -477,6 +487,7 @@ func hostileRows() []hostileRow {
 // caller's answer, what the instance read, and that an answer the router
 // could not relay left no connection to the instance open.
 func TestHostileFraming(t *testing.T) {
+	skipRerun(t)
 	for _, fwd := range forwarders {
 		for _, row := range hostileRows() {
 			t.Run(fwd+"/"+row.name, func(t *testing.T) {

@@ -475,6 +475,7 @@ func TestWireUpgrade(t *testing.T) {
 // request it does not serve whole to it; nethttp reads with net/http
 // itself). FuzzRouterSplit holds all three to the same answers.
 func FuzzRouterWire(f *testing.F) {
+	skipRerun(f)
 	for _, r := range wireRows() {
 		if data := strings.Join(r.writes, ""); len(data) < 4<<10 {
 			f.Add([]byte(data))
