@@ -247,6 +247,21 @@ func appendLength(add []h1.Field, buf []byte, h *h1.Header, n int64) ([]h1.Field
 	return append(add, h1.Field{Name: "Content-Length", Value: buf[at:]}), buf
 }
 
+// answerLength writes an answer's Content-Length for the caller from its
+// parsed framing f, never copied (issue 30): one field of a length body's
+// length, none with a 204 (RFC 9110 §8.6); otherwise (HEAD, 304, a body
+// that is none) the instance's fields, which Read checked, stand. The
+// value goes to buf, the field to add.
+func answerLength(r *h1.Response, f h1.Framing, add []h1.Field, buf []byte) ([]h1.Field, []byte) {
+	switch {
+	case f.Kind == h1.BodyLength:
+		return appendLength(add, buf, &r.Header, f.Length)
+	case r.Status() == http.StatusNoContent:
+		r.Drop("Content-Length")
+	}
+	return add, buf
+}
+
 var (
 	protoHTTP    = []byte("http")
 	chunked      = []byte("chunked")
@@ -335,11 +350,8 @@ func (c *h1conn) relay(up *upConn) result {
 	switch {
 	case rechunk:
 		add = append(add, h1.Field{Name: "Transfer-Encoding", Value: chunked})
-	case f.Kind == h1.BodyLength:
-		// Written from the parsed length, never copied (issue 30).
-		add, c.lenBuf = appendLength(add, c.lenBuf[:0], &r.Header, f.Length)
-	case status == http.StatusNoContent:
-		r.Drop("Content-Length") // never sent with a 204 (RFC 9110 §8.6)
+	default:
+		add, c.lenBuf = answerLength(r, f, add, c.lenBuf[:0])
 	}
 	switch {
 	case c.closeAfter:

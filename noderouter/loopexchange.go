@@ -5,7 +5,6 @@ import (
 	"context"
 	"io"
 	"math/rand/v2"
-	"net/http"
 	"time"
 
 	"skipper.dev/skipper/noderouter/h1"
@@ -324,13 +323,7 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 		c.closeAfter = true
 	}
 	add := l.fields[:0]
-	switch {
-	case f.Kind == h1.BodyLength:
-		// Written from the parsed length, never copied (issue 30).
-		add, l.lenBuf = appendLength(add, l.lenBuf[:0], &r.Header, f.Length)
-	case status == http.StatusNoContent:
-		r.Drop("Content-Length") // never sent with a 204 (RFC 9110 §8.6)
-	}
+	add, l.lenBuf = answerLength(r, f, add, l.lenBuf[:0])
 	switch {
 	case c.closeAfter:
 		add = append(add, h1.Field{Name: "Connection", Value: closeToken})
