@@ -177,16 +177,18 @@ func (c *controller) watchAssignKey(ctx context.Context) {
 	}, c.cfg.AssignKeyInterval)
 }
 
-// ensureKeyConfigMap makes ConfigMap skipper-assign-key in ns hold pubPEM
-// (every published key, concatenated),
-// given the cached copy (nil when absent). It writes only when the cache
-// differs, so repeating it is free.
-func ensureKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns string, cached *corev1.ConfigMap, pubPEM []byte) error {
-	want := string(pubPEM)
+// publishKeyConfigMap makes ConfigMap skipper-assign-key in ns hold every
+// key published (key.pubPEM, concatenated), given the cached copy (nil
+// when absent). It writes only when the ConfigMap differs, so repeating it
+// is free. A ConfigMap holding neither what key publishes nor what it
+// replaced was written by another replica from a newer read of the Secret
+// (or an older one): reload reads the Secret again and returns the key to
+// write instead, so replicas converge on the Secret rather than undo each
+// other's writes. That holds when the cache lags behind a create too: the
+// ConfigMap the API holds is read and judged the same way, never
+// overwritten blindly.
+func publishKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns string, cached *corev1.ConfigMap, key *assignKey, reload func(context.Context) (*assignKey, error)) error {
 	cms := core.CoreV1().ConfigMaps(ns)
-	if cached != nil && cached.Data[assignKeyPublicKey] == want {
-		return nil
-	}
 	if cached == nil {
 		_, err := cms.Create(ctx, &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{
@@ -194,7 +196,7 @@ func ensureKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns strin
 				Namespace: ns,
 				Labels:    map[string]string{managedByLabel: managedByValue},
 			},
-			Data: map[string]string{assignKeyPublicKey: want},
+			Data: map[string]string{assignKeyPublicKey: string(key.pubPEM)},
 		}, metav1.CreateOptions{})
 		if err == nil {
 			return nil
@@ -202,9 +204,22 @@ func ensureKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns strin
 		if !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create configmap %s/%s: %w", ns, v1alpha1.AssignKeyConfigMap, err)
 		}
-		// The cache lags: fall through and patch.
+		// The cache lags behind a create: judge what the API holds.
+		if cached, err = cms.Get(ctx, v1alpha1.AssignKeyConfigMap, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("get configmap %s/%s after a create found it: %w", ns, v1alpha1.AssignKeyConfigMap, err)
+		}
 	}
-	patch, err := json.Marshal(map[string]any{"data": map[string]string{assignKeyPublicKey: want}})
+	have := cached.Data[assignKeyPublicKey]
+	if have != string(key.pubPEM) && have != string(key.replaced) {
+		var err error
+		if key, err = reload(ctx); err != nil {
+			return err
+		}
+	}
+	if have == string(key.pubPEM) {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"data": map[string]string{assignKeyPublicKey: string(key.pubPEM)}})
 	if err != nil {
 		return err
 	}

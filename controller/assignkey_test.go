@@ -25,8 +25,8 @@ import (
 	"skipper.dev/skipper/controller/assign"
 )
 
-func TestEnsureKeyConfigMap(t *testing.T) {
-	const pem = "PEM-NEW"
+func TestPublishKeyConfigMap(t *testing.T) {
+	const pem, replaced, newer = "PEM-NEW", "PEM-REPLACED", "PEM-NEWER"
 	cm := func(data string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: v1alpha1.AssignKeyConfigMap},
@@ -37,12 +37,22 @@ func TestEnsureKeyConfigMap(t *testing.T) {
 		name       string
 		live       *corev1.ConfigMap // in the API
 		cached     *corev1.ConfigMap // in the informer
+		secret     string            // what the Secret publishes when read again
 		wantWrites []string          // verbs
+		wantReload bool
+		want       string // the ConfigMap's keys after
 	}{
-		{name: "missing: create", wantWrites: []string{"create"}},
-		{name: "current: no write", live: cm(pem), cached: cm(pem)},
-		{name: "stale: patch", live: cm("OLD"), cached: cm("OLD"), wantWrites: []string{"patch"}},
-		{name: "cache lags behind a create: create, then patch", live: cm("OLD"), wantWrites: []string{"create", "patch"}},
+		{name: "missing: create", wantWrites: []string{"create"}, want: pem},
+		{name: "current: no write", live: cm(pem), cached: cm(pem), want: pem},
+		{name: "what the key replaced: patch", live: cm(replaced), cached: cm(replaced), wantWrites: []string{"patch"}, want: pem},
+		{name: "cache lags behind our create: no write", live: cm(pem), wantWrites: []string{"create"}, want: pem},
+		{name: "cache lags behind a create of what the key replaced: patch", live: cm(replaced), wantWrites: []string{"create", "patch"}, want: pem},
+		{name: "another replica's newer read: the Secret read again, no write", live: cm(newer), cached: cm(newer),
+			secret: newer, wantReload: true, want: newer},
+		{name: "another replica's older read: the Secret read again, patch", live: cm("PEM-OLDER"), cached: cm("PEM-OLDER"),
+			secret: pem, wantWrites: []string{"patch"}, wantReload: true, want: pem},
+		{name: "cache lags behind another replica's newer write: never undone", live: cm(newer),
+			secret: newer, wantWrites: []string{"create"}, wantReload: true, want: newer},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -53,7 +63,13 @@ func TestEnsureKeyConfigMap(t *testing.T) {
 				}
 			}
 			core.ClearActions()
-			if err := ensureKeyConfigMap(context.Background(), core, "default", tt.cached, []byte(pem)); err != nil {
+			reloaded := false
+			reload := func(context.Context) (*assignKey, error) {
+				reloaded = true
+				return &assignKey{pubPEM: []byte(tt.secret), replaced: []byte(pem)}, nil
+			}
+			key := &assignKey{pubPEM: []byte(pem), replaced: []byte(replaced)}
+			if err := publishKeyConfigMap(context.Background(), core, "default", tt.cached, key, reload); err != nil {
 				t.Fatal(err)
 			}
 			var writes []string
@@ -62,20 +78,18 @@ func TestEnsureKeyConfigMap(t *testing.T) {
 					writes = append(writes, a.GetVerb())
 				}
 			}
-			if len(writes) != len(tt.wantWrites) {
-				t.Fatalf("writes = %v, want %v", writes, tt.wantWrites)
+			if !slices.Equal(writes, tt.wantWrites) {
+				t.Errorf("writes = %v, want %v", writes, tt.wantWrites)
 			}
-			for i := range writes {
-				if writes[i] != tt.wantWrites[i] {
-					t.Fatalf("writes = %v, want %v", writes, tt.wantWrites)
-				}
+			if reloaded != tt.wantReload {
+				t.Errorf("Secret read again = %v, want %v", reloaded, tt.wantReload)
 			}
 			got, err := core.CoreV1().ConfigMaps("default").Get(context.Background(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Data[v1alpha1.AssignKeyConfigMapKey] != pem {
-				t.Errorf("data = %v, want the key %q", got.Data, pem)
+			if got.Data[v1alpha1.AssignKeyConfigMapKey] != tt.want {
+				t.Errorf("data = %v, want the keys %q", got.Data, tt.want)
 			}
 			if tt.live != nil && got.Data["other"] != "kept" {
 				t.Errorf("patch dropped other keys: %v", got.Data)

@@ -317,18 +317,7 @@ func (c *controller) syncNamespace(ctx context.Context, ns string) error {
 		}
 		return err
 	}
-	key, cm := c.key.Load(), c.cache.configMap(ns)
-	if cm != nil && cm.Data[assignKeyPublicKey] != string(key.pubPEM) && cm.Data[assignKeyPublicKey] != string(key.replaced) {
-		// Neither what this replica publishes nor what it published
-		// before: another replica wrote it from a newer read of the Secret
-		// (or an older one). Read the Secret again before writing, so
-		// replicas converge on it rather than undo each other's writes.
-		var err error
-		if key, err = c.reloadAssignKey(ctx); err != nil {
-			return err
-		}
-	}
-	return ensureKeyConfigMap(ctx, c.core, ns, cm, key.pubPEM)
+	return publishKeyConfigMap(ctx, c.core, ns, c.cache.configMap(ns), c.key.Load(), c.reloadAssignKey)
 }
 
 // syncFunction recomputes one function's instance set, bumps its generation
