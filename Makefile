@@ -8,12 +8,12 @@ TOOLS     := $(BIN)/tools
 KUBE_VERSION := v1.37.2
 KUBE_LDFLAGS := -s -w -X k8s.io/component-base/version.gitVersion=$(KUBE_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37
-KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubectl
+KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kube-proxy kubelet kubectl
 CONTAINERD_VERSION := v2.4.2
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION:v%=%)
 # Binaries of the main module: name -> package.
 SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
-TEST_BINS    := skipper-cluster skipper-nodeagent skipper-container-init skipper-bench
+TEST_BINS    := skipper-cluster skipper-nodeagent skipper-container-init skipper-bench skipper-testpod
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
 .PHONY: image image-bins proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-soak bpf-generate deps fuzz build build-bins kube containerd tools tools-bins generate verify test unit e2e up down lint clean
@@ -37,7 +37,7 @@ build-bins:
 ## user and entrypoint) and the sandbox ("pause") image, as an OCI image layout
 ## in bin/image, with go-containerregistry (no Docker, no base image; nested
 ## module tests/image)
-image: build
+image: build coredns
 	@$(STEP) -p image "building the Skipper and pause images into bin/image" -- $(MAKE) --no-print-directory image-bins
 image-bins:
 	cd tests/image && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-image ./cmd/skipper-pause
@@ -52,6 +52,17 @@ $(BIN)/kube: tests/kube/go.mod tests/kube/go.sum tests/kube/main.go
 	@mv $(BIN)/kube.tmp $(BIN)/kube
 	@for t in $(KUBE_TOOLS); do ln -sf kube $(BIN)/$$t; done
 
+## crictl: the CRI client (sigs.k8s.io/cri-tools), a tool of the nested module
+## tests/kube, for the local cluster's containerd:
+## `bin/crictl --runtime-endpoint unix://<a node's containerd.sock> ps`
+CRICTL_VERSION := v1.37.0
+crictl: $(BIN)/crictl
+$(BIN)/crictl: tests/kube/go.mod tests/kube/go.sum
+	@mkdir -p $(BIN)
+	@$(STEP) -p crictl "building crictl $(CRICTL_VERSION) from its Go module (nested module tests/kube; about 2 minutes on 2 cores, seconds once cached)" -- \
+		bash -c 'cd tests/kube && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags "-s -w -X sigs.k8s.io/cri-tools/pkg/version.Version=$(CRICTL_VERSION)" -o $(BIN)/crictl.tmp sigs.k8s.io/cri-tools/cmd/crictl'
+	@mv $(BIN)/crictl.tmp $(BIN)/crictl
+
 ## containerd: containerd, its runc v2 shim and ctr, one multi-call binary from
 ## the nested module tests/containerd (cold: ~3 min on 2 cores). The shim and
 ## ctr are hard links: the shim re-executes /proc/self/exe, which a symlink
@@ -63,6 +74,16 @@ $(BIN)/containerd: tests/containerd/go.mod tests/containerd/go.sum tests/contain
 		bash -c 'cd tests/containerd && CGO_ENABLED=0 $(GO) build -v -trimpath -tags no_btrfs,no_devmapper,no_zfs -ldflags "$(CONTAINERD_LDFLAGS)" -o $(BIN)/containerd.tmp .'
 	@mv $(BIN)/containerd.tmp $(BIN)/containerd
 	@for t in containerd-shim-runc-v2 ctr; do ln -f $(BIN)/containerd $(BIN)/$$t; done
+
+## coredns: the local cluster's DNS (tests/cluster/dns), CoreDNS with only the
+## plugins a cluster needs, from the nested module tests/coredns (cold: ~3 min
+## on 2 cores)
+coredns: $(BIN)/coredns
+$(BIN)/coredns: tests/coredns/go.mod tests/coredns/go.sum tests/coredns/main.go
+	@mkdir -p $(BIN)
+	@$(STEP) -p coredns "building CoreDNS v1.15.0 from its Go module (once, about 3 minutes on 2 cores)" -- \
+		bash -c 'cd tests/coredns && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags "-s -w" -o $(BIN)/coredns.tmp .'
+	@mv $(BIN)/coredns.tmp $(BIN)/coredns
 
 ## tools: code generators pinned in go.mod's tool block, and buf (it carries the
 ## protobuf well-known types: no host protoc) pinned in the nested module
@@ -106,6 +127,7 @@ lint:
 	cd tests/benchplot && $(GO) vet ./...
 	cd tests/fastproxy && $(GO) vet ./...
 	cd tests/containerd && $(GO) vet ./...
+	cd tests/coredns && $(GO) vet ./...
 
 ## unit: tests that need no cluster (controller/, noderouter/, ...); the
 ## router's tests once more with --forwarder=h1 and --forwarder=nethttp

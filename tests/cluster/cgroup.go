@@ -36,6 +36,11 @@ import (
 type Cgroups struct {
 	Name string
 	Hier []linuxhost.Hierarchy // cgroup2 first
+	// All is every mounted hierarchy, cgroup2 first: a real kubelet and
+	// runc make each pod's and container's cgroup in every v1 hierarchy
+	// (devices, freezer, name=systemd, ...), so nodes are made and the
+	// cluster removed in all of them.
+	All []linuxhost.Hierarchy
 }
 
 // FindCgroups locates the hierarchies from /proc/mounts.
@@ -44,8 +49,15 @@ func FindCgroups(name string) (Cgroups, error) {
 	if err != nil {
 		return Cgroups{}, err
 	}
-	return Cgroups{Name: name, Hier: hs}, nil
+	all, err := linuxhost.AllHierarchies()
+	if err != nil {
+		return Cgroups{}, err
+	}
+	return Cgroups{Name: name, Hier: hs, All: all}, nil
 }
+
+// allDirs is the cgroup rel in every mounted hierarchy.
+func (c Cgroups) allDirs(rel string) []string { return linuxhost.Dirs(c.All, rel) }
 
 // NodeRel is node n's cgroup relative to each hierarchy's root, e.g. /skipper/node1.
 func (c Cgroups) NodeRel(n int) string { return path.Join("/", c.Name, NodeName(n)) }
@@ -78,14 +90,29 @@ func (c Cgroups) Place(spec ProcSpec, rel string) ProcSpec {
 }
 
 // Ensure creates the control plane's cgroup and node 1..nodes' cgroups
-// with their system leaves, in every hierarchy (existing ones kept).
+// with their system leaves, in every hierarchy (existing ones kept). A
+// node's cgroup exists in every mounted hierarchy, not only the pod
+// controllers': the kubelet refuses a cgroupRoot missing from one it
+// checks, and a v1 cpuset cgroup starts with no CPU and no memory node, so
+// the cluster's and each node's are given their parent's.
 func (c Cgroups) Ensure(nodes int) error {
 	dirs := linuxhost.Dirs(c.Hier, c.ControlPlaneRel())
 	for n := 1; n <= nodes; n++ {
 		dirs = append(dirs, linuxhost.Dirs(c.Hier, c.SystemRel(n))...)
+		dirs = append(dirs, c.allDirs(c.NodeRel(n))...)
 	}
 	if err := linuxhost.MakeDirs(dirs); err != nil {
 		return err
+	}
+	for _, h := range c.All {
+		if !slices.Contains(h.Controllers, "cpuset") {
+			continue
+		}
+		for n := 1; n <= nodes; n++ {
+			if err := linuxhost.InheritCpuset(h.Mount, c.NodeRel(n)); err != nil {
+				return err
+			}
+		}
 	}
 	return c.weighControlPlane()
 }
@@ -122,7 +149,11 @@ func (c Cgroups) weighControlPlane() error {
 // every hierarchy, deepest first. Missing ones are fine.
 func (c Cgroups) Remove(timeout time.Duration) error {
 	var errs []error
-	for _, dir := range linuxhost.Dirs(c.Hier, path.Join("/", c.Name)) {
+	hs := c.All
+	if len(hs) == 0 {
+		hs = c.Hier
+	}
+	for _, dir := range linuxhost.Dirs(hs, path.Join("/", c.Name)) {
 		errs = append(errs, linuxhost.RemoveTree(dir, timeout))
 	}
 	return errors.Join(errs...)

@@ -24,7 +24,7 @@ type Config struct {
 	// Nodes is the node count. Default 2.
 	Nodes int
 	// Apply lists kustomize directories applied in order with
-	// `kubectl apply --server-side -k`. Default: deploy/overlays/local, deploy/examples.
+	// `kubectl apply --server-side -k`. Default: deploy/overlays/local, deploy/overlays/local-examples.
 	Apply []string
 	// ImageDirs maps images to local directories for the node agents
 	// (image=dir). Default: ghcr.io/skipper-dev/skipper=<BinDir>.
@@ -51,6 +51,9 @@ type Config struct {
 	// ProxyMode is kube-proxy's mode on every node: iptables, nftables, or
 	// none (no kube-proxy: Service ClusterIPs do not work). Default iptables.
 	ProxyMode string
+	// Runtime is what runs on every node: RuntimeKubelet (a kubelet and
+	// containerd) or RuntimeNodeAgent (the stand-in). Default nodeagent.
+	Runtime string
 	// Stdout receives the one `skipper: ready` line. Default os.Stdout.
 	Stdout io.Writer
 }
@@ -94,13 +97,10 @@ func (c *Config) defaults() error {
 		c.Nodes = 2
 	}
 	if c.Apply == nil {
-		c.Apply = []string{"deploy/overlays/local", "deploy/examples"}
+		c.Apply = []string{"deploy/overlays/local", "deploy/overlays/local-examples"}
 	}
 	for i, a := range c.Apply {
 		c.Apply[i] = abs(a)
-	}
-	if c.ImageDirs == nil {
-		c.ImageDirs = []string{"ghcr.io/skipper-dev/skipper=" + c.BinDir}
 	}
 	if c.StartTimeout == 0 {
 		c.StartTimeout = 90 * time.Second
@@ -114,11 +114,19 @@ func (c *Config) defaults() error {
 	if c.Topology.Bridge == "" {
 		c.Topology = DefaultTopology()
 	}
+	if c.ImageDirs == nil {
+		// The overlays name the image in the cluster's registry; the node
+		// agent maps either name to bin/.
+		c.ImageDirs = []string{"ghcr.io/skipper-dev/skipper=" + c.BinDir, c.Registry() + "/skipper-dev/skipper=" + c.BinDir}
+	}
 	if c.CgroupName == "" {
 		c.CgroupName = DefaultCgroupName
 	}
 	if c.ProxyMode == "" {
 		c.ProxyMode = ProxyIPTables
+	}
+	if c.Runtime == "" {
+		c.Runtime = RuntimeNodeAgent
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -139,6 +147,11 @@ func (c *Config) Validate() error {
 	case ProxyIPTables, ProxyNFTables, ProxyNone:
 	default:
 		errs = append(errs, fmt.Errorf("--proxy-mode %q: want %s, %s or %s", c.ProxyMode, ProxyIPTables, ProxyNFTables, ProxyNone))
+	}
+	switch c.Runtime {
+	case RuntimeKubelet, RuntimeNodeAgent:
+	default:
+		errs = append(errs, fmt.Errorf("--runtime %q: want %s or %s", c.Runtime, RuntimeKubelet, RuntimeNodeAgent))
 	}
 	if c.Function != "" && !strings.Contains(c.Function, "/") {
 		errs = append(errs, fmt.Errorf("--function %q: want <namespace>/<name>", c.Function))
@@ -236,12 +249,13 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
 	fs.StringVar(&c.State.Dir, "state-dir", envOr("SKIPPER_STATE_DIR", ".skipper"), "state directory: pki, pid files, logs, env [SKIPPER_STATE_DIR]")
 	fs.StringVar(&c.BinDir, "bin-dir", envOr("SKIPPER_BIN_DIR", "bin"), "directory with kube's symlinks and the Skipper binaries [SKIPPER_BIN_DIR]")
 	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 2), "number of nodes [SKIPPER_NODES]")
-	c.Apply = []string{"deploy/overlays/local", "deploy/examples"}
+	c.Apply = []string{"deploy/overlays/local", "deploy/overlays/local-examples"}
 	fs.Var(&listFlag{vals: &c.Apply}, "apply", "kustomize directory to apply, in order; repeatable; an empty value applies nothing")
 	c.ImageDirs = nil
 	fs.Var(&listFlag{vals: &c.ImageDirs}, "image-dir", "image=dir mapping handed to every node agent; repeatable (default: ghcr.io/skipper-dev/skipper=<bin-dir>)")
 	fs.StringVar(&c.Function, "function", envOr("SKIPPER_READY_FUNCTION", "default/echo"), "function that must answer through node 1's router before 'ready'; empty: do not wait [SKIPPER_READY_FUNCTION]")
 	fs.StringVar(&c.ProxyMode, "proxy-mode", envOr("SKIPPER_PROXY_MODE", ProxyIPTables), "kube-proxy mode on every node: iptables, nftables, or none (no kube-proxy; Service ClusterIPs do not work) [SKIPPER_PROXY_MODE]")
+	fs.StringVar(&c.Runtime, "runtime", envOr("SKIPPER_RUNTIME", RuntimeNodeAgent), "what runs on every node: kubelet (a real kubelet and containerd from make kube and make containerd, Debian's runc and CNI plugins, images from make image served by a registry on the bridge) or nodeagent (the stand-in, tests/nodeagent) [SKIPPER_RUNTIME]")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", envDuration("SKIPPER_START_TIMEOUT", 90*time.Second), "bound on each control-plane component's start [SKIPPER_START_TIMEOUT]")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", envDuration("SKIPPER_READY_TIMEOUT", 120*time.Second), "bound on the wait for a Ready node, the manifests and the function's answer [SKIPPER_READY_TIMEOUT]")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", envDuration("SKIPPER_STOP_TIMEOUT", 10*time.Second), "grace between SIGTERM and SIGKILL for each process [SKIPPER_STOP_TIMEOUT]")

@@ -54,3 +54,14 @@ func ReadEnv(path string) (map[string]string, error) {
 	}
 	return ParseEnv(string(b)), nil
 }
+
+// ImageFromEnv is the Skipper image a running cluster's nodes pull:
+// SKIPPER_IMAGE of its env file, or the image in the default topology's
+// registry when an older env lacks it.
+func ImageFromEnv(env map[string]string) string {
+	if img := env["SKIPPER_IMAGE"]; img != "" {
+		return img
+	}
+	c := Config{Topology: DefaultTopology()}
+	return c.LocalImage("skipper-dev/skipper", "dev")
+}

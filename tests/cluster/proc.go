@@ -28,6 +28,8 @@ type ProcSpec struct {
 	// V1Cgroups are cgroup v1 directories the child is moved into as soon
 	// as it started (v1 has no clone-into-cgroup).
 	V1Cgroups []string
+	// NewMountNS starts the child in a mount namespace of its own.
+	NewMountNS bool
 }
 
 // Proc is a running child.
@@ -66,6 +68,9 @@ func (s State) startProc(spec ProcSpec) (*Proc, error) {
 	cmd.Env = spec.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if spec.NewMountNS {
+		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS
+	}
 	if spec.Cgroup != "" {
 		cg, err := os.Open(spec.Cgroup)
 		if err != nil {

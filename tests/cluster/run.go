@@ -48,6 +48,12 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 			return Down(cfg, log)
 		}
 		return Up(ctx, cfg, log)
+	case "node":
+		// Internal: the process that is one node (Up starts it).
+		if len(args) != 3 || args[1] != "--spec" {
+			return errors.New("usage: skipper-cluster node --spec FILE (started by 'up', not by hand)")
+		}
+		return RunNode(ctx, args[2], log)
 	case "-h", "-help", "--help", "help":
 		_, err := parseFlags("up", []string{"--help"}, stderr)
 		if errors.Is(err, flag.ErrHelp) {

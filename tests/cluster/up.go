@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,9 +125,27 @@ func (c *Config) preflight() error {
 			errs = append(errs, fmt.Errorf("%s missing: run 'make kube' (builds bin/kube and its symlinks)", c.kube(name)))
 		}
 	}
-	for _, name := range []string{"skipper-nodeagent", "skipper-container-init"} {
-		if _, err := os.Stat(filepath.Join(c.BinDir, name)); err != nil {
-			errs = append(errs, fmt.Errorf("%s missing: run 'make build'", filepath.Join(c.BinDir, name)))
+	switch c.Runtime {
+	case RuntimeNodeAgent:
+		for _, name := range []string{"skipper-nodeagent", "skipper-container-init"} {
+			if _, err := os.Stat(filepath.Join(c.BinDir, name)); err != nil {
+				errs = append(errs, fmt.Errorf("%s missing: run 'make build'", filepath.Join(c.BinDir, name)))
+			}
+		}
+	case RuntimeKubelet:
+		for _, f := range []struct{ path, fix string }{
+			{c.kube("kubelet"), "run 'make kube'"},
+			{filepath.Join(c.BinDir, "skipper-cluster"), "run 'make build'"},
+			{filepath.Join(c.BinDir, "containerd"), "run 'make containerd'"},
+			{filepath.Join(c.BinDir, "containerd-shim-runc-v2"), "run 'make containerd'"},
+			{filepath.Join(c.BinDir, "skipper-image"), "run 'make image'"},
+			{filepath.Join(c.BinDir, "image", "index.json"), "run 'make image'"},
+			{runcPath, "run 'make deps' (Debian's runc)"},
+			{filepath.Join(cniBinDir, "bridge"), "run 'make deps' (Debian's containernetworking-plugins)"},
+		} {
+			if _, err := os.Stat(f.path); err != nil {
+				errs = append(errs, fmt.Errorf("%s missing: %s", f.path, f.fix))
+			}
 		}
 	}
 	for _, dir := range c.Apply {
@@ -233,8 +252,19 @@ func (c *cluster) start(ctx context.Context) error {
 	}
 	log.Info("kube-controller-manager and kube-scheduler ready")
 
+	if cfg.Runtime == RuntimeKubelet {
+		if err := c.startRegistry(ctx); err != nil {
+			return err
+		}
+	}
 	for n := 1; n <= cfg.Nodes; n++ {
-		if _, err := c.spawn(cfg.nodeAgentSpec(n, c.cg)); err != nil {
+		spec := cfg.nodeAgentSpec(n, c.cg)
+		if cfg.Runtime == RuntimeKubelet {
+			if spec, err = cfg.writeNode(n, c.cg); err != nil {
+				return err
+			}
+		}
+		if _, err := c.spawn(spec); err != nil {
 			return err
 		}
 		if cfg.ProxyMode != ProxyNone {
@@ -246,6 +276,55 @@ func (c *cluster) start(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// startRegistry serves make image's images (bin/image) from a registry on
+// the bridge's address, where every node's containerd pulls them, and
+// waits until the sandbox image is there.
+func (c *cluster) startRegistry(ctx context.Context) error {
+	cfg := c.cfg
+	spec := ProcSpec{Name: "skipper-registry", Path: filepath.Join(cfg.BinDir, "skipper-image"), Args: []string{
+		"serve", "--addr=" + cfg.Registry(), "--layout=" + filepath.Join(cfg.BinDir, "image"),
+	}}
+	p, err := c.spawn(c.cg.Place(spec, c.cg.ControlPlaneRel()))
+	if err != nil {
+		return err
+	}
+	url := "http://" + cfg.Registry() + "/v2/skipper-dev/pause/manifests/dev"
+	if err := waitHTTP(ctx, &http.Client{Timeout: 3 * time.Second}, url, p, cfg.StartTimeout); err != nil {
+		return err
+	}
+	c.log.Info("registry ready", "addr", cfg.Registry())
+	return nil
+}
+
+// writeNode writes node n's configuration files and NodeSpec and returns
+// how to start its node process: bin/skipper-cluster node, in the node's
+// network namespace and system cgroup, in a mount namespace of its own.
+func (c *Config) writeNode(n int, cg Cgroups) (ProcSpec, error) {
+	spec, files := c.nodeSpec(n, cg)
+	data, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return ProcSpec{}, err
+	}
+	specPath := filepath.Join(c.State.nodeDir(n), "node.json")
+	files[specPath] = string(data) + "\n"
+	for path, content := range files {
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			return ProcSpec{}, fmt.Errorf("node %d: %w", n, err)
+		}
+		if err := writeFileAtomic(path, []byte(content), 0o644); err != nil {
+			return ProcSpec{}, fmt.Errorf("node %d: %w", n, err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(c.State.PodLogDir(), NodeName(n)), 0o755); err != nil {
+		return ProcSpec{}, fmt.Errorf("node %d: %w", n, err)
+	}
+	p := ProcSpec{
+		Name: nodeProcPrefix + NodeName(n), Path: filepath.Join(c.BinDir, "skipper-cluster"),
+		Args: []string{"node", "--spec", specPath}, Netns: c.Topology.Netns(n), NewMountNS: true,
+	}
+	return cg.Place(p, cg.SystemRel(n)), nil
 }
 
 func (c *cluster) spawn(spec ProcSpec) (*Proc, error) {
@@ -304,7 +383,13 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 		c.log.Info("kube-proxy ready", "mode", cfg.ProxyMode, "nodes", len(c.proxies))
 	}
 
-	for _, dir := range cfg.Apply {
+	// The cluster's own DNS first, as every cluster has one before its
+	// workloads (the stand-in runs no images: it has none).
+	dirs := cfg.Apply
+	if cfg.Runtime == RuntimeKubelet {
+		dirs = append([]string{filepath.Join(cfg.RepoDir, clusterDNSDir)}, dirs...)
+	}
+	for _, dir := range dirs {
 		if err := c.apply(ctx, dir); err != nil {
 			return nil, err
 		}
@@ -350,6 +435,12 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 		{"ROUTER_URL", routerURL},
 		{"ROUTER_METRICS_URL", fmt.Sprintf("http://%s:8381/metrics", cfg.Topology.NodeIP(1))},
 		{"CONTROLLER_METRICS_URLS", strings.Join(metrics, " ")},
+		// The registry the nodes pull from and the image make image built,
+		// as the local overlay names it.
+		{"SKIPPER_REGISTRY", cfg.Registry()},
+		{"SKIPPER_IMAGE", cfg.LocalImage("skipper-dev/skipper", "dev")},
+		{"SKIPPER_TESTPOD_IMAGE", cfg.LocalImage("skipper-dev/testpod", "dev")},
+		{"SKIPPER_RUNTIME", cfg.Runtime},
 	}, nil
 }
 

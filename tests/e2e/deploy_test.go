@@ -46,6 +46,7 @@ func TestManifestsServerSideApply(t *testing.T) {
 		{"deploy/overlays/local", []string{"Namespace", "Deployment", "DaemonSet"}},
 		{"deploy/overlays/tls", []string{"Namespace", "Deployment", "DaemonSet"}},
 		{"deploy/examples", []string{"Deployment", "Function"}},
+		{"deploy/overlays/local-examples", []string{"Deployment", "Function"}},
 		{"deploy/monitoring", []string{"PodMonitor", "PrometheusRule", "ConfigMap"}},
 		{"deploy/sidecar", []string{"ServiceAccount", "RoleBinding", "Deployment"}},
 	} {

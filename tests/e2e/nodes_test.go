@@ -22,9 +22,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/tests/attach"
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
-	"skipper.dev/skipper/tests/nodeagent"
 )
 
 // nodeNumber is N of a node named node<N>.
@@ -37,21 +37,14 @@ func nodeNumber(t *testing.T, name string) int {
 	return n
 }
 
-// containerPid is the host pid of a running container (the node agent's
-// container IDs are skipper://<pid>).
+// containerPid is the host pid of a running container.
 func containerPid(t *testing.T, p *corev1.Pod, container string) int {
 	t.Helper()
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name == container && cs.State.Running != nil {
-			pid, err := strconv.Atoi(strings.TrimPrefix(cs.ContainerID, "skipper://"))
-			if err != nil {
-				t.Fatalf("pod %s container %s: container ID %q is not skipper://<pid>", p.Name, container, cs.ContainerID)
-			}
-			return pid
-		}
+	pid, err := attach.ContainerPid(p, container)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("pod %s: container %s is not running", p.Name, container)
-	return 0
+	return pid
 }
 
 // sameNetns reports whether pid runs in the network namespace at nsPath.
@@ -136,7 +129,7 @@ func checkPodIsolation(t *testing.T, p *corev1.Pod) {
 		}
 	}
 
-	want := path.Join("/", cluster.DefaultCgroupName, cluster.NodeName(n), nodeagent.PodCgroupPath(p.Status.QOSClass, p.UID), c)
+	want := path.Join("/", cluster.DefaultCgroupName, cluster.NodeName(n), attach.PodCgroup(p.Status.QOSClass, p.UID), containerID(t, p, c))
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		t.Fatal(err)
@@ -156,6 +149,21 @@ func checkPodIsolation(t *testing.T, p *corev1.Pod) {
 	}
 }
 
+// containerID is a running container's ID without its runtime's prefix
+// (containerd://): the name of its cgroup below the pod's.
+func containerID(t *testing.T, p *corev1.Pod, container string) string {
+	t.Helper()
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name == container {
+			if _, id, ok := strings.Cut(cs.ContainerID, "://"); ok {
+				return id
+			}
+		}
+	}
+	t.Fatalf("pod %s: container %s has no ID", p.Name, container)
+	return ""
+}
+
 // echoPod is a plain skipper-echo pod bound to node.
 func echoPod(name, node string, labels map[string]string) *corev1.Pod {
 	field := func(p string) *corev1.EnvVarSource {
@@ -169,7 +177,7 @@ func echoPod(name, node string, labels map[string]string) *corev1.Pod {
 			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			Containers: []corev1.Container{{
 				Name:    "echo",
-				Image:   "ghcr.io/skipper-dev/skipper",
+				Image:   env.image,
 				Command: []string{"/skipper-echo"},
 				Args:    []string{"--listen=$(POD_IP):8080"},
 				Env: []corev1.EnvVar{

@@ -270,7 +270,7 @@ func TestControllerIdentityLimited(t *testing.T) {
 	name := fmt.Sprintf("vap-%d", time.Now().UnixNano()%100000)
 	pod, err := env.kube.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "bystander"}},
-		Spec:       corev1.PodSpec{NodeName: "nowhere", Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/skipper-dev/skipper"}}},
+		Spec:       corev1.PodSpec{NodeName: "nowhere", Containers: []corev1.Container{{Name: "app", Image: env.image}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -376,7 +376,7 @@ func vapDeployment(name string, labels, annotations map[string]string) *appsv1.D
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "ghcr.io/skipper-dev/skipper"}}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: env.image}}},
 			},
 		},
 	}

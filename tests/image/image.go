@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,7 +25,21 @@ import (
 type File struct {
 	Name string // a plain file name: no slash, not "." or ".."
 	Path string
+	// Caps are the file's capabilities, permitted and effective (what
+	// `setcap <caps>=+ep` gives), one bit per capability number:
+	// 1<<CapNetBindService. Zero: none, and no security.capability
+	// attribute in the layer.
+	Caps uint64
 }
+
+// CapNetBindService is the capability to bind ports below 1024
+// (linux/capability.h): a non-root process of a file that has it can
+// listen on port 53, if the container's bounding set keeps it.
+const CapNetBindService = 10
+
+// xattrCapability is the tar PAX record of a file's security.capability
+// attribute, as GNU tar and containerd's unpacker spell it.
+const xattrCapability = "SCHILY.xattr.security.capability"
 
 // Spec is everything an image is made of.
 type Spec struct {
@@ -151,20 +166,39 @@ func addFile(tw *tar.Writer, buf *bytes.Buffer, f File, mtime time.Time) error {
 		return fmt.Errorf("%s is not a regular file", f.Path)
 	}
 	buf.Grow(int(st.Size()) + 2*512)
-	err = tw.WriteHeader(&tar.Header{
+	h := &tar.Header{
 		Typeflag: tar.TypeReg,
 		Name:     f.Name,
 		Mode:     FileMode,
 		Size:     st.Size(),
 		ModTime:  mtime.Truncate(time.Second),
-	})
-	if err != nil {
+	}
+	if f.Caps != 0 {
+		h.PAXRecords = map[string]string{xattrCapability: string(fileCaps(f.Caps))}
+	}
+	if err := tw.WriteHeader(h); err != nil {
 		return err
 	}
 	// A file that grows meanwhile fails here (tar.ErrWriteTooLong), one
 	// that shrinks at the next header or Close (bytes missed).
 	_, err = io.Copy(tw, r)
 	return err
+}
+
+// fileCaps encodes caps as a security.capability value: struct
+// vfs_cap_data of linux/capability.h, revision 2 (no root ID: the revision
+// setcap writes outside a user namespace), little-endian, the effective
+// flag set, caps permitted and none inheritable.
+func fileCaps(caps uint64) []byte {
+	const (
+		vfsCapRevision2      = 0x02000000
+		vfsCapFlagsEffective = 0x000001
+	)
+	b := make([]byte, 20)
+	binary.LittleEndian.PutUint32(b[0:], vfsCapRevision2|vfsCapFlagsEffective)
+	binary.LittleEndian.PutUint32(b[4:], uint32(caps))      // permitted, 0-31
+	binary.LittleEndian.PutUint32(b[12:], uint32(caps>>32)) // permitted, 32-63
+	return b
 }
 
 // gzipLayer compresses the tar once, in memory, and serves the layer from

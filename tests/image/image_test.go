@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -34,7 +36,7 @@ func fakeBin(t *testing.T, names ...string) string {
 	return dir
 }
 
-func allBins() []string { return append(slices.Clone(SkipperBinaries), PauseBinary) }
+func allBins() []string { return append(slices.Clone(SkipperBinaries), PauseBinary, CoreDNSBinary, TestPodBinary) }
 
 // entry is what a test checks of one tar entry.
 type entry struct {
@@ -95,6 +97,7 @@ func TestAssemble(t *testing.T) {
 		spec       Spec
 		files      []string // in the layer, sorted; each file's content names its binary
 		from       []string
+		pax        map[string]string // every file's PAX records
 		user       string
 		entrypoint []string
 	}{
@@ -114,6 +117,23 @@ func TestAssemble(t *testing.T) {
 			user:       "65535:65535",
 			entrypoint: []string{"/pause"},
 		},
+		{
+			name:       "coredns",
+			spec:       CoreDNSSpec(bin, epoch),
+			files:      []string{"coredns"},
+			from:       []string{"coredns"},
+			pax:        map[string]string{"SCHILY.xattr.security.capability": setcapNetBindService},
+			user:       "65532:65532",
+			entrypoint: []string{"/coredns"},
+		},
+		{
+			name:       "testpod",
+			spec:       TestPodSpec(bin, epoch),
+			files:      []string{"testpod"},
+			from:       []string{"skipper-testpod"},
+			user:       "65532:65532",
+			entrypoint: []string{"/testpod"},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			img, err := Assemble(tc.spec)
@@ -122,7 +142,7 @@ func TestAssemble(t *testing.T) {
 			}
 			var want []entry
 			for i, f := range tc.files {
-				want = append(want, entry{Name: f, Type: tar.TypeReg, Mode: 0o755, ModTime: epoch, Content: "#!fake " + tc.from[i] + "\n"})
+				want = append(want, entry{Name: f, Type: tar.TypeReg, Mode: 0o755, ModTime: epoch, Content: "#!fake " + tc.from[i] + "\n", PAXRecords: tc.pax})
 			}
 			if diff := cmp.Diff(want, layerEntries(t, img)); diff != "" {
 				t.Errorf("layer (-want +got):\n%s", diff)
@@ -157,6 +177,38 @@ func TestAssemble(t *testing.T) {
 				t.Errorf("media types: manifest %s, config %s; want OCI's", m.MediaType, m.Config.MediaType)
 			}
 		})
+	}
+}
+
+// setcapNetBindService is the security.capability attribute `setcap
+// cap_net_bind_service=+ep` writes (TestFileCapsAsSetcap checks it against
+// setcap itself).
+const setcapNetBindService = "\x01\x00\x00\x02\x00\x04\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00\x00"
+
+// The attribute the layer carries is the one setcap writes, which is what
+// CoreDNS's own image gives /coredns and what the kernel reads at exec.
+func TestFileCapsAsSetcap(t *testing.T) {
+	setcap, err := exec.LookPath("setcap")
+	if err != nil {
+		t.Skipf("setcap (Debian's libcap2-bin) not found: %v", err)
+	}
+	p := filepath.Join(t.TempDir(), "coredns")
+	if err := os.WriteFile(p, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(setcap, "cap_net_bind_service=+ep", p).CombinedOutput(); err != nil {
+		t.Skipf("setcap needs CAP_SETFCAP and security.* attributes on %s: %v: %s", p, err, out)
+	}
+	buf := make([]byte, 64)
+	n, err := syscall.Getxattr(p, "security.capability", buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(setcapNetBindService, string(buf[:n])); diff != "" {
+		t.Errorf("setcap's attribute differs from the test's (-test +setcap):\n%s", diff)
+	}
+	if diff := cmp.Diff(setcapNetBindService, string(fileCaps(CoreDNSCaps))); diff != "" {
+		t.Errorf("fileCaps(CoreDNSCaps) (-setcap +fileCaps):\n%s", diff)
 	}
 }
 

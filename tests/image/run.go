@@ -18,6 +18,8 @@ type BuildConfig struct {
 	Out             string // the OCI image layout written
 	Tag             string // the Skipper image's reference
 	PauseTag        string // the sandbox image's reference
+	CoreDNSTag      string // the cluster DNS image's reference
+	TestPodTag      string // the e2e tests' pod image's reference
 	SourceDateEpoch int64  // every mtime and created time, in Unix seconds
 }
 
@@ -33,10 +35,12 @@ type ServeConfig struct {
 // and tag).
 func DefaultBuildConfig() BuildConfig {
 	return BuildConfig{
-		Bin:      "bin",
-		Out:      "bin/image",
-		Tag:      "ghcr.io/skipper-dev/skipper:dev",
-		PauseTag: "ghcr.io/skipper-dev/pause:dev",
+		Bin:        "bin",
+		Out:        "bin/image",
+		Tag:        "ghcr.io/skipper-dev/skipper:dev",
+		PauseTag:   "ghcr.io/skipper-dev/pause:dev",
+		CoreDNSTag: "ghcr.io/skipper-dev/coredns:dev",
+		TestPodTag: "ghcr.io/skipper-dev/testpod:dev",
 	}
 }
 
@@ -54,13 +58,16 @@ func (c BuildConfig) Validate() error {
 	if c.Out == "" {
 		errs = append(errs, errors.New("--out is required"))
 	}
-	for _, t := range []struct{ flag, ref string }{{"--tag", c.Tag}, {"--pause-tag", c.PauseTag}} {
+	tags := []struct{ flag, ref string }{{"--tag", c.Tag}, {"--pause-tag", c.PauseTag}, {"--coredns-tag", c.CoreDNSTag}, {"--testpod-tag", c.TestPodTag}}
+	for i, t := range tags {
 		if _, err := ParseTag(t.ref); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", t.flag, err))
 		}
-	}
-	if c.Tag == c.PauseTag {
-		errs = append(errs, fmt.Errorf("--tag and --pause-tag are both %q", c.Tag))
+		for _, u := range tags[:i] {
+			if u.ref == t.ref {
+				errs = append(errs, fmt.Errorf("%s and %s are both %q", u.flag, t.flag, t.ref))
+			}
+		}
 	}
 	if c.SourceDateEpoch < 0 {
 		errs = append(errs, fmt.Errorf("--source-date-epoch %d must not be negative", c.SourceDateEpoch))
@@ -83,8 +90,9 @@ func (c ServeConfig) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Build assembles the Skipper image and the sandbox image from the
-// binaries in c.Bin and writes both to the layout c.Out.
+// Build assembles the Skipper image, the sandbox image, the cluster DNS
+// image and the e2e tests' pod image from the binaries in c.Bin and writes
+// the four to the layout c.Out.
 func Build(ctx context.Context, c BuildConfig) ([]Summary, error) {
 	created := time.Unix(c.SourceDateEpoch, 0).UTC()
 	var images []Tagged
@@ -94,6 +102,8 @@ func Build(ctx context.Context, c BuildConfig) ([]Summary, error) {
 	}{
 		{c.Tag, SkipperSpec(c.Bin, created)},
 		{c.PauseTag, PauseSpec(c.Bin, created)},
+		{c.CoreDNSTag, CoreDNSSpec(c.Bin, created)},
+		{c.TestPodTag, TestPodSpec(c.Bin, created)},
 	} {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -120,7 +130,8 @@ Builds Skipper's container images without Docker (go-containerregistry) and
 serves them from an in-process registry.
 
 Commands:
-  build   write the Skipper image and the sandbox ("pause") image from the
+  build   write the Skipper image, the sandbox ("pause") image, the
+          cluster DNS (CoreDNS) image and the e2e tests' pod image from the
           binaries in a directory as an OCI image layout
   serve   serve a registry holding every image of a layout
 
@@ -213,7 +224,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 func ParseBuildConfig(args []string, stderr io.Writer) (BuildConfig, error) {
 	c := DefaultBuildConfig()
 	f := newFlags("build")
-	f.fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo and skipper-pause")
+	f.fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-pause, coredns and skipper-testpod")
 	f.env["bin"] = "SKIPPER_IMAGE_BIN"
 	f.fs.StringVar(&c.Out, "out", c.Out, "directory of the OCI image layout written (created if missing; its index.json is replaced and blobs no image uses are removed)")
 	f.env["out"] = "SKIPPER_IMAGE_LAYOUT"
@@ -221,17 +232,27 @@ func ParseBuildConfig(args []string, stderr io.Writer) (BuildConfig, error) {
 	f.env["tag"] = "SKIPPER_IMAGE"
 	f.fs.StringVar(&c.PauseTag, "pause-tag", c.PauseTag, "reference of the sandbox (\"pause\") image, registry/repository:tag")
 	f.env["pause-tag"] = "SKIPPER_PAUSE_IMAGE"
+	f.fs.StringVar(&c.CoreDNSTag, "coredns-tag", c.CoreDNSTag, "reference of the cluster DNS (CoreDNS) image, registry/repository:tag")
+	f.env["coredns-tag"] = "SKIPPER_COREDNS_IMAGE"
+	f.fs.StringVar(&c.TestPodTag, "testpod-tag", c.TestPodTag, "reference of the e2e tests' pod image, registry/repository:tag")
+	f.env["testpod-tag"] = "SKIPPER_TESTPOD_IMAGE"
 	f.fs.Int64Var(&c.SourceDateEpoch, "source-date-epoch", c.SourceDateEpoch, "mtime of every file and the images' created time, in Unix seconds (reproducible-builds.org): the same binaries and epoch give the same digests")
 	f.env["source-date-epoch"] = "SOURCE_DATE_EPOCH"
 	err := f.parse(args, stderr, `Usage: skipper-image build [flags]
 
-Writes two images as an OCI image layout in --out and prints each one's
+Writes four images as an OCI image layout in --out and prints each one's
 reference, digest and size:
-  --tag        skipper-controller, skipper-noderouter and skipper-echo from
-               --bin at /<binary>, mode 0755, owned by root; user 65532:65532,
-               entrypoint /skipper-controller (as the Dockerfile's image)
-  --pause-tag  skipper-pause from --bin at /pause; user 65535:65535,
-               entrypoint /pause (the kubelet's sandbox image)
+  --tag          skipper-controller, skipper-noderouter and skipper-echo from
+                 --bin at /<binary>, mode 0755, owned by root; user
+                 65532:65532, entrypoint /skipper-controller (as the
+                 Dockerfile's image)
+  --pause-tag    skipper-pause from --bin at /pause; user 65535:65535,
+                 entrypoint /pause (the kubelet's sandbox image)
+  --coredns-tag  coredns from --bin (make coredns) at /coredns with the file
+                 capability cap_net_bind_service=+ep (port 53 as non-root);
+                 user 65532:65532, entrypoint /coredns (the cluster DNS)
+  --testpod-tag  skipper-testpod from --bin (make build) at /testpod; user
+                 65532:65532, entrypoint /testpod (the e2e tests' pods)
 One layer each, no base image, linux on this machine's architecture.
 `)
 	if err != nil {

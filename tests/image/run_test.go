@@ -3,12 +3,14 @@ package image
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,7 +65,7 @@ func TestHelpGolden(t *testing.T) {
 
 func TestParseConfig(t *testing.T) {
 	for _, k := range []string{"SKIPPER_IMAGE_BIN", "SKIPPER_IMAGE_LAYOUT", "SKIPPER_IMAGE", "SKIPPER_PAUSE_IMAGE",
-		"SOURCE_DATE_EPOCH", "SKIPPER_REGISTRY_ADDR", "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"} {
+		"SKIPPER_COREDNS_IMAGE", "SOURCE_DATE_EPOCH", "SKIPPER_REGISTRY_ADDR", "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"} {
 		t.Setenv(k, "") // ignore the caller's environment; empty means unset
 	}
 	t.Run("build defaults", func(t *testing.T) {
@@ -78,12 +80,13 @@ func TestParseConfig(t *testing.T) {
 	t.Run("build from env and flags", func(t *testing.T) {
 		t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
 		t.Setenv("SKIPPER_IMAGE", "198.51.100.1:5000/skipper-dev/skipper:env")
+		t.Setenv("SKIPPER_COREDNS_IMAGE", "198.51.100.1:5000/skipper-dev/coredns:env")
 		c, err := ParseBuildConfig([]string{"--bin", "b", "--out", "o", "--tag", "198.51.100.1:5000/skipper-dev/skipper:flag"}, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
 		want := BuildConfig{Bin: "b", Out: "o", Tag: "198.51.100.1:5000/skipper-dev/skipper:flag",
-			PauseTag: DefaultBuildConfig().PauseTag, SourceDateEpoch: 1700000000}
+			PauseTag: DefaultBuildConfig().PauseTag, CoreDNSTag: "198.51.100.1:5000/skipper-dev/coredns:env", TestPodTag: DefaultBuildConfig().TestPodTag, SourceDateEpoch: 1700000000}
 		if diff := cmp.Diff(want, c); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
@@ -107,7 +110,9 @@ func TestParseConfig(t *testing.T) {
 	}{
 		{name: "no registry in tag", args: []string{"--tag", "skipper:dev"}, want: []string{"--tag"}},
 		{name: "no tag", args: []string{"--pause-tag", "ghcr.io/skipper-dev/pause"}, want: []string{"--pause-tag"}},
-		{name: "same tags", args: []string{"--pause-tag", "ghcr.io/skipper-dev/skipper:dev"}, want: []string{"both"}},
+		{name: "no registry in coredns tag", args: []string{"--coredns-tag", "coredns:dev"}, want: []string{"--coredns-tag"}},
+		{name: "same tags", args: []string{"--pause-tag", "ghcr.io/skipper-dev/skipper:dev"}, want: []string{"--tag and --pause-tag are both"}},
+		{name: "same tags, coredns", args: []string{"--coredns-tag", "ghcr.io/skipper-dev/pause:dev"}, want: []string{"--pause-tag and --coredns-tag are both"}},
 		{name: "every problem at once", args: []string{"--bin", "", "--out", "", "--source-date-epoch", "-1"},
 			want: []string{"--bin", "--out", "--source-date-epoch"}},
 		{name: "stray argument", args: []string{"extra"}, want: []string{"unexpected"}},
@@ -128,6 +133,28 @@ func TestParseConfig(t *testing.T) {
 				if !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not mention %q", err, w)
 				}
+			}
+		})
+	}
+}
+
+// Every image's binaries are required: without one (bin/coredns before
+// make coredns) build fails, names the file, and writes no layout.
+func TestBuildNeedsEveryBinary(t *testing.T) {
+	for _, missing := range allBins() {
+		t.Run(missing, func(t *testing.T) {
+			c := DefaultBuildConfig()
+			c.Bin = fakeBin(t, slices.DeleteFunc(allBins(), func(b string) bool { return b == missing })...)
+			c.Out = filepath.Join(t.TempDir(), "image")
+			_, err := Build(t.Context(), c)
+			if err == nil {
+				t.Fatal("built without " + missing)
+			}
+			if !strings.Contains(err.Error(), filepath.Join(c.Bin, missing)) {
+				t.Errorf("error %q does not name %s", err, filepath.Join(c.Bin, missing))
+			}
+			if _, err := os.Stat(c.Out); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("layout %s: %v, want none written", c.Out, err)
 			}
 		})
 	}
@@ -189,8 +216,8 @@ func TestBuildServePull(t *testing.T) {
 		}
 		want[ref.RepositoryStr()+":"+ref.TagStr()] = m[2]
 	}
-	if len(want) != 2 {
-		t.Fatalf("build printed %d images, want 2:\n%s", len(want), built.String())
+	if len(want) != 4 {
+		t.Fatalf("build printed %d images, want 4:\n%s", len(want), built.String())
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())

@@ -25,6 +25,30 @@ var (
 	PauseEntrypoint = []string{"/pause"}
 )
 
+// The cluster DNS image: CoreDNS (bin/coredns, built by make coredns from
+// the nested module tests/coredns) at /coredns, run as the Skipper image's
+// unprivileged user, with the file capability NET_BIND_SERVICE as
+// CoreDNS's own image has (`setcap cap_net_bind_service=+ep`): the
+// container runtime drops ambient capabilities, so a non-root process gets
+// a capability its pod adds only from its file (tests/cluster/dns adds
+// NET_BIND_SERVICE and drops the rest, so it can listen on port 53).
+var (
+	CoreDNSBinary     = "coredns"
+	CoreDNSUser       = "65532:65532"
+	CoreDNSEntrypoint = []string{"/coredns"}
+	CoreDNSCaps       = uint64(1) << CapNetBindService
+)
+
+// The e2e tests' pod image: skipper-testpod (tests/cmd, built by make
+// build) at /testpod, run as the Skipper image's unprivileged user. Its
+// subcommands do what a test pod's containers need and an image without a
+// shell cannot (write a file, block, probe, resolve a name).
+var (
+	TestPodBinary     = "skipper-testpod"
+	TestPodUser       = "65532:65532"
+	TestPodEntrypoint = []string{"/testpod"}
+)
+
 // defaultEnv is the environment distroless/static sets (less
 // SSL_CERT_FILE: there are no certificates here; see the package doc).
 var defaultEnv = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
@@ -42,8 +66,28 @@ func SkipperSpec(binDir string, created time.Time) Spec {
 // PauseSpec is the sandbox image from binDir/skipper-pause, for this
 // machine's architecture.
 func PauseSpec(binDir string, created time.Time) Spec {
-	files := []File{{Name: strings.TrimPrefix(PauseEntrypoint[0], "/"), Path: filepath.Join(binDir, PauseBinary)}}
-	return linuxSpec(files, PauseUser, PauseEntrypoint, created)
+	return oneBinarySpec(binDir, PauseBinary, PauseUser, PauseEntrypoint, created)
+}
+
+// CoreDNSSpec is the cluster DNS image from binDir/coredns, for this
+// machine's architecture.
+func CoreDNSSpec(binDir string, created time.Time) Spec {
+	s := oneBinarySpec(binDir, CoreDNSBinary, CoreDNSUser, CoreDNSEntrypoint, created)
+	s.Files[0].Caps = CoreDNSCaps
+	return s
+}
+
+// TestPodSpec is the e2e tests' pod image from binDir/skipper-testpod,
+// for this machine's architecture.
+func TestPodSpec(binDir string, created time.Time) Spec {
+	return oneBinarySpec(binDir, TestPodBinary, TestPodUser, TestPodEntrypoint, created)
+}
+
+// oneBinarySpec is the image of binDir/binary alone, at the path its
+// entrypoint runs.
+func oneBinarySpec(binDir, binary, user string, entrypoint []string, created time.Time) Spec {
+	files := []File{{Name: strings.TrimPrefix(entrypoint[0], "/"), Path: filepath.Join(binDir, binary)}}
+	return linuxSpec(files, user, entrypoint, created)
 }
 
 func linuxSpec(files []File, user string, entrypoint []string, created time.Time) Spec {

@@ -26,15 +26,16 @@ const (
 // (the controllers authenticate every caller, docs/security.md): a pod of
 // the router's ServiceAccount on node1 whose name it takes, and a file with
 // a token bound to that pod, renewed until ctx ends. The pod runs nothing
-// but a command that exits (a token is bound to the pod object, not to
-// what it runs). cleanup deletes the pod.
-func routerIdentity(ctx context.Context, cs kubernetes.Interface, name string) (tokenFile string, cleanup func(), err error) {
+// but a command that exits, from image (the Skipper image the nodes pull;
+// a token is bound to the pod object, not to what it runs). cleanup
+// deletes the pod.
+func routerIdentity(ctx context.Context, cs kubernetes.Interface, name, image string) (tokenFile string, cleanup func(), err error) {
 	pods := cs.CoreV1().Pods("skipper-system")
 	pod, err := pods.Create(ctx, &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app.kubernetes.io/part-of": "skipper-integration"}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName: "skipper-noderouter", NodeName: "node1", RestartPolicy: corev1.RestartPolicyNever,
-			Containers: []corev1.Container{{Name: "identity", Image: "ghcr.io/skipper-dev/skipper", Command: []string{"/skipper-echo", "--help"}}},
+			Containers: []corev1.Container{{Name: "identity", Image: image, Command: []string{"/skipper-echo", "--help"}}},
 		},
 	}, metav1.CreateOptions{})
 	if err != nil {

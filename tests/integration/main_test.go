@@ -32,6 +32,7 @@ var env struct {
 	dyn       dynamic.Interface
 	routerURL string // the in-process router's data plane
 	metrics   string // its /metrics
+	image     string // the Skipper image the nodes pull (SKIPPER_IMAGE)
 }
 
 func TestMain(m *testing.M) {
@@ -57,6 +58,7 @@ func run(m *testing.M) int {
 		return fail(fmt.Errorf("read cluster env: %w", err))
 	}
 	kubeconfig := e["KUBECONFIG"]
+	env.image = cluster.ImageFromEnv(e)
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return fail(fmt.Errorf("kubeconfig: %w", err))
@@ -103,7 +105,7 @@ func startRouter(ctx context.Context, kubeconfig string) (<-chan error, error) {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	podName := "integration-router-" + hex.EncodeToString(b[:])
-	tokenFile, cleanup, err := routerIdentity(ctx, env.kube, podName)
+	tokenFile, cleanup, err := routerIdentity(ctx, env.kube, podName, env.image)
 	if err != nil {
 		return nil, err
 	}

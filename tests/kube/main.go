@@ -1,11 +1,12 @@
 // Command kube is one multi-call binary holding the Kubernetes control-plane
-// components, kubectl, kube-proxy and etcd, built from their Go modules so the
+// components, the kubelet, kubectl, kube-proxy and etcd, built from their Go modules so the
 // local cluster needs nothing but the Go toolchain. The component is chosen by
 // the name the binary is invoked as (a symlink such as bin/kube-apiserver) or,
 // failing that, by the first argument: `kube kube-apiserver --help`.
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -17,9 +18,10 @@ import (
 	controllermanager "k8s.io/kubernetes/cmd/kube-controller-manager/app"
 	proxy "k8s.io/kubernetes/cmd/kube-proxy/app"
 	scheduler "k8s.io/kubernetes/cmd/kube-scheduler/app"
+	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"}
+var components = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "kubectl"}
 
 func main() {
 	name := filepath.Base(os.Args[0])
@@ -43,6 +45,9 @@ func main() {
 	case "kube-proxy":
 		os.Args = args
 		os.Exit(cli.Run(proxy.NewProxyCommand()))
+	case "kubelet":
+		os.Args = args
+		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
 	case "kubectl":
 		os.Args = args
 		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {

@@ -26,8 +26,8 @@ var PodControllers = []string{"cpu", "cpuacct", "memory", "pids"}
 type Hierarchy struct {
 	// Mount is its mount point.
 	Mount string
-	// Controllers are a v1 hierarchy's controllers (among PodControllers);
-	// empty for cgroup2.
+	// Controllers are a v1 hierarchy's controllers (among PodControllers,
+	// or every one for AllHierarchies); empty for cgroup2.
 	Controllers []string
 }
 
@@ -47,6 +47,31 @@ func Hierarchies() ([]Hierarchy, error) {
 	return ParseHierarchies(f)
 }
 
+// AllHierarchies is Hierarchies with every mounted v1 hierarchy, not only
+// those of PodControllers (devices, freezer, blkio, name=systemd, ...):
+// runc and the kubelet make a container's cgroup in each, so whoever
+// removes a tree of them must walk them all. A v1 hierarchy's Controllers
+// are its mount options naming a controller or a name=.
+func AllHierarchies() ([]Hierarchy, error) {
+	f, err := os.Open("/proc/mounts")
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	return parseHierarchies(f, isController)
+}
+
+// isController reports whether a cgroup v1 mount option names what the
+// hierarchy holds (a controller, or name=), not a mount flag.
+func isController(opt string) bool {
+	switch opt {
+	case "rw", "ro", "relatime", "noatime", "nodiratime", "strictatime", "nosuid", "nodev", "noexec",
+		"noprefix", "clone_children", "xattr", "cpuset_v2_mode", "none", "all", "favordynmods":
+		return false
+	}
+	return !strings.HasPrefix(opt, "release_agent=")
+}
+
 // Cgroup2Mount returns the mount point of the cgroup2 hierarchy.
 func Cgroup2Mount() (string, error) {
 	hs, err := Hierarchies()
@@ -59,6 +84,12 @@ func Cgroup2Mount() (string, error) {
 // ParseHierarchies is Hierarchies on a /proc/mounts text. A hierarchy
 // mounted twice is listed once, at its first mount point.
 func ParseHierarchies(r io.Reader) ([]Hierarchy, error) {
+	return parseHierarchies(r, func(opt string) bool { return slices.Contains(PodControllers, opt) })
+}
+
+// parseHierarchies lists cgroup2 first, then each v1 hierarchy with an
+// option keep accepts (the options kept as its Controllers).
+func parseHierarchies(r io.Reader, keep func(opt string) bool) ([]Hierarchy, error) {
 	var v2 string
 	var v1 []Hierarchy
 	seen := map[string]bool{}
@@ -76,7 +107,7 @@ func ParseHierarchies(r io.Reader) ([]Hierarchy, error) {
 		case "cgroup":
 			var ctrls []string
 			for _, opt := range strings.Split(fields[3], ",") {
-				if slices.Contains(PodControllers, opt) {
+				if keep(opt) {
 					ctrls = append(ctrls, opt)
 				}
 			}
@@ -142,6 +173,39 @@ func Enter(pid int, dirs []string) error {
 	for _, d := range dirs {
 		if err := writeExisting(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("move pid %d into cgroup %s: %w", pid, d, err)
+		}
+	}
+	return nil
+}
+
+// InheritCpuset gives every cgroup from the root of the v1 cpuset
+// hierarchy mounted at mount down to rel (relative to mount) that has no
+// CPU or no memory node yet its parent's: a new v1 cpuset cgroup starts
+// with neither, and no process can enter it (nor a child be made usable)
+// until it has both. Values already set are kept.
+func InheritCpuset(mount, rel string) error {
+	dir := mount
+	for _, part := range strings.Split(strings.Trim(filepath.Clean(rel), "/"), "/") {
+		if part == "" {
+			continue
+		}
+		parent := dir
+		dir = filepath.Join(dir, part)
+		for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+			cur, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				return fmt.Errorf("cpuset %s: %w", dir, err)
+			}
+			if strings.TrimSpace(string(cur)) != "" {
+				continue
+			}
+			want, err := os.ReadFile(filepath.Join(parent, f))
+			if err != nil {
+				return fmt.Errorf("cpuset %s: %w", parent, err)
+			}
+			if err := writeExisting(filepath.Join(dir, f), strings.TrimSpace(string(want))); err != nil {
+				return fmt.Errorf("cpuset %s %s: %w", dir, f, err)
+			}
 		}
 	}
 	return nil

@@ -20,8 +20,14 @@ import (
 // `ip netns add` does, so `ip netns exec` works on ours.
 const NetnsDir = "/run/netns"
 
-// NetnsPath is the bind mount of the named namespace.
-func NetnsPath(name string) string { return filepath.Join(NetnsDir, name) }
+// NetnsPath is the bind mount of the named namespace; an absolute path
+// (a /proc/<pid>/ns/net, say) is a namespace by path and returned as is.
+func NetnsPath(name string) string {
+	if filepath.IsAbs(name) {
+		return name
+	}
+	return filepath.Join(NetnsDir, name)
+}
 
 // EnsureNetns returns a handle to the named namespace, creating it (or
 // replacing a stale file left by a crash mid-creation) as `ip netns add` does.
@@ -101,7 +107,8 @@ func NetnsNames(prefix string) ([]string, error) {
 	return names, nil
 }
 
-// InNetns runs fn on a thread switched into the named namespace; whatever fn
+// InNetns runs fn on a thread switched into the named namespace (or the
+// one at an absolute path, see NetnsPath); whatever fn
 // starts (processes it forks) inherits that namespace. The thread returns to
 // its original namespace afterwards, or is retired if it cannot.
 func InNetns(name string, fn func() error) error {

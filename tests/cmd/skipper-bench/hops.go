@@ -28,6 +28,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	podattach "skipper.dev/skipper/tests/attach"
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // hopSize is the size of every message of the chain, both ways.
@@ -111,7 +113,7 @@ func runHops(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return fmt.Errorf("node %s: %w", node, err)
 	}
 	instPod := pods.Items[inst]
-	instNS, err := findNetns(netns, func(s string) bool { return strings.HasSuffix(s, "-pod-"+string(instPod.UID)) })
+	instNS, err := podattach.PodNetns(&instPod)
 	if err != nil {
 		return fmt.Errorf("pool pod %s: %w", instPod.Name, err)
 	}
@@ -120,7 +122,9 @@ func runHops(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	start := func(ctx context.Context, netns string, args ...string) (*exec.Cmd, error) {
-		cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", netns, self, "hops-role"}, args...)...)
+		// nsenter, not ip netns exec: that remounts /sys, hiding the
+		// cgroup v1 mounts, and takes only names, not a pod's /proc path.
+		cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + linuxhost.NetnsPath(netns), "--", self, "hops-role"}, args...)...)
 		cmd.Stderr = stderr
 		return cmd, cmd.Start()
 	}
@@ -140,7 +144,7 @@ func runHops(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			continue
 		}
 		measured++
-		cNS, err := findNetns(netns, func(s string) bool { return strings.HasSuffix(s, "-pod-"+string(c.UID)) })
+		cNS, err := podattach.PodNetns(&c)
 		if err != nil {
 			return fmt.Errorf("controller %s: %w", c.Name, err)
 		}

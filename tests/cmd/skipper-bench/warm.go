@@ -28,9 +28,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	podattach "skipper.dev/skipper/tests/attach"
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
-	"skipper.dev/skipper/tests/nodeagent"
 )
 
 // warmNode is the node whose router is measured and where the reverse
@@ -265,7 +265,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	var callerNetns string
 	if slices.Contains(cfg.Contenders, "router-callers") {
-		if callerNetns, err = startCallerPod(ctx, cs, cfg.Namespace, cleanup); err != nil {
+		if callerNetns, err = startCallerPod(ctx, cs, cfg.Namespace, cluster.ImageFromEnv(env), cleanup); err != nil {
 			return err
 		}
 		if err := waitCallableIn(ctx, callerNetns, env["ROUTER_URL"]+"/", fnName, 60*time.Second); err != nil {
@@ -289,7 +289,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	cgName := cluster.DefaultCgroupName
-	routerRel := path.Join("/", cgName, cluster.NodeName(warmNode), nodeagent.PodCgroupPath(router.Status.QOSClass, router.UID))
+	routerRel := path.Join("/", cgName, cluster.NodeName(warmNode), podattach.PodCgroup(router.Status.QOSClass, router.UID))
 	mkcg := func(rel, like string) ([]string, error) {
 		dirs, err := makeCgroup(hs, rel, like)
 		if err != nil {

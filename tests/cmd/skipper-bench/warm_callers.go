@@ -21,7 +21,9 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	podattach "skipper.dev/skipper/tests/attach"
 	"skipper.dev/skipper/tests/cluster"
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // The caller check's cost (issue 16): contenders router-pod and
@@ -38,7 +40,7 @@ const (
 
 // startCallerPod makes the caller pod and its ServiceAccount in ns on
 // callerNode and returns the pod's network namespace once it is Ready.
-func startCallerPod(ctx context.Context, cs kubernetes.Interface, ns string, cleanup *cleanups) (string, error) {
+func startCallerPod(ctx context.Context, cs kubernetes.Interface, ns, image string, cleanup *cleanups) (string, error) {
 	sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: benchCaller, Namespace: ns}}
 	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return "", fmt.Errorf("ServiceAccount %s/%s: %w", ns, benchCaller, err)
@@ -61,7 +63,7 @@ func startCallerPod(ctx context.Context, cs kubernetes.Interface, ns string, cle
 			TerminationGracePeriodSeconds: ptr.To(int64(1)),
 			// Any process will do: the bench's load runs in its network
 			// namespace. skipper-echo is the image's own.
-			Containers: []corev1.Container{{Name: "caller", Image: "ghcr.io/skipper-dev/skipper",
+			Containers: []corev1.Container{{Name: "caller", Image: image,
 				Command: []string{"/skipper-echo"}, Args: []string{"--listen=127.0.0.1:8080"},
 				Env: []corev1.EnvVar{{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{
 					FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}}},
@@ -77,7 +79,7 @@ func startCallerPod(ctx context.Context, cs kubernetes.Interface, ns string, cle
 	for {
 		p, err := pods.Get(ctx, benchCaller, metav1.GetOptions{})
 		if err == nil && ready(*p) && p.Status.PodIP != "" {
-			return cluster.DefaultTopology().Netns(callerNode) + "-pod-" + string(p.UID), nil
+			return podattach.PodNetns(p)
 		}
 		if time.Now().After(deadline) {
 			return "", fmt.Errorf("caller pod %s/%s not Ready within 60s (err %v)", ns, benchCaller, err)
@@ -163,7 +165,7 @@ func setCallers(ctx context.Context, dyn dynamic.Interface, cfg warmConfig, rout
 func waitCallableIn(ctx context.Context, netns, url, function string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
 	for {
-		out, err := exec.CommandContext(ctx, "ip", "netns", "exec", netns, "curl", "-sS", "--max-time", "5",
+		out, err := exec.CommandContext(ctx, "nsenter", "--net="+linuxhost.NetnsPath(netns), "--", "curl", "-sS", "--max-time", "5",
 			"-o", "/dev/null", "-w", "%{http_code}", "-H", "x-skipper-function: "+function, url).CombinedOutput()
 		code := strings.TrimSpace(string(out))
 		if err == nil && code == "200" {

@@ -22,12 +22,11 @@ import (
 
 // placement is where a process of the bench runs: a node's network
 // namespace (or the root one) and a cgroup in every hierarchy. A process
-// that must run in another network namespace is started through
-// `ip netns exec` (setns holds for one thread only, so a Go program cannot
-// move itself), after a shell has written its pid into each cgroup: ip
-// netns exec remounts /sys, so the cgroups are entered first.
+// that must run in another network namespace is started through nsenter
+// (setns holds for one thread only, so a Go program cannot move itself),
+// after a shell has written its pid into each cgroup.
 type placement struct {
-	netns   string   // "" = the root network namespace
+	netns   string   // a name or a path (linuxhost.NetnsPath); "" = the root network namespace
 	cgroups []string // cgroup dirs, one per hierarchy; nil = the bench's own
 }
 
@@ -39,7 +38,7 @@ const enterScript = `IFS=:; for d in $SKIPPER_BENCH_CGROUPS; do echo $$ >"$d/cgr
 func (p placement) command(ctx context.Context, name string, args ...string) *exec.Cmd {
 	argv := []string{name}
 	if p.netns != "" {
-		argv = []string{"ip", "netns", "exec", p.netns, name}
+		argv = []string{"nsenter", "--net=" + linuxhost.NetnsPath(p.netns), "--", name}
 	}
 	argv = append(argv, args...)
 	cmd := exec.CommandContext(ctx, "sh", append([]string{"-c", enterScript, "sh"}, argv...)...)
