@@ -13,10 +13,10 @@ CONTAINERD_VERSION := v2.4.2
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION:v%=%)
 # Binaries of the main module: name -> package.
 SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
-TEST_BINS    := skipper-cluster skipper-nodeagent skipper-container-init skipper-bench skipper-testpod
+TEST_BINS    := skipper-cluster skipper-bench skipper-testpod
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: image image-bins proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-soak bpf-generate deps fuzz build build-bins kube containerd tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: image image-bins crictl coredns proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-podstart bench-soak bpf-generate deps fuzz build build-bins kube containerd tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -34,11 +34,12 @@ build-bins:
 	cd tests/promql && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-promql
 
 ## image: the Skipper image (the binaries of build at /<binary>, the Dockerfile's
-## user and entrypoint) and the sandbox ("pause") image, as an OCI image layout
-## in bin/image, with go-containerregistry (no Docker, no base image; nested
-## module tests/image)
+## user and entrypoint), the sandbox ("pause") image, the cluster DNS (CoreDNS)
+## image and the e2e tests' pod image, as an OCI image layout in bin/image,
+## with go-containerregistry (no Docker, no base image; nested module
+## tests/image); the local cluster's registry serves them
 image: build coredns
-	@$(STEP) -p image "building the Skipper and pause images into bin/image" -- $(MAKE) --no-print-directory image-bins
+	@$(STEP) -p image "building the Skipper, pause, CoreDNS and test pod images into bin/image" -- $(MAKE) --no-print-directory image-bins
 image-bins:
 	cd tests/image && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-image ./cmd/skipper-pause
 	$(BIN)/skipper-image build --bin $(BIN) --out $(BIN)/image
@@ -148,7 +149,7 @@ fuzz:
 	GO=$(GO) bash .ci/fuzz $(FUZZTIME)
 
 ## e2e: tests against the local cluster (starts one if none runs; root)
-e2e: build kube
+e2e: build kube containerd crictl image
 	$(GO) test -p 1 -count=1 -timeout 40m ./tests/...
 
 ## test: everything (root): verify, vet, unit, a short fuzz of every target, e2e
@@ -170,6 +171,12 @@ bench-hops: build
 ## the pool's replicas as it grows and shrinks back (needs a running cluster)
 bench-burst: build
 	$(BIN)/skipper-bench burst -n 30 -spread 3s -pool-min 3
+
+## bench-podstart: pod start as the kubelet does it (created -> Ready,
+## p50/p90) for 30 bare pods from the echo pool's template, one at a time
+## (needs a running cluster: make up in another shell)
+bench-podstart: build
+	$(BIN)/skipper-bench podstart -n 30
 
 ## bench-vip: a node-2 caller's connect+request latency via the BPF-steered
 ## VIP, via kube-proxy, and to the router directly (needs a running cluster)
@@ -208,8 +215,9 @@ bench-scale:
 bench-soak: build
 	$(BIN)/skipper-bench soak
 
-## up: the local cluster in the foreground with the demo function (root)
-up: deps build kube
+## up: the local cluster in the foreground with the demo function (root): real
+## nodes (a kubelet and containerd each), images from make image
+up: deps build kube containerd crictl image
 	$(BIN)/skipper-cluster up
 
 ## down: stop the local cluster and remove everything it made (root)

@@ -106,7 +106,7 @@ func claimedCopy(pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) *corev1
 // Its test ops check only what a claim must not overwrite: the same pod
 // (UID), the labels as read (which proves skipper.dev/function absent: JSON
 // patch cannot test absence) and the ownerReferences as read. They do not
-// pin the resourceVersion: the node agent's status writes move it on all
+// pin the resourceVersion: the kubelet's status writes move it on all
 // the time, and the record of a claim the instance already decided must not
 // fail on them. A write to labels or owners fails it; the recorder reads
 // the pod again and decides anew.

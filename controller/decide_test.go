@@ -278,7 +278,7 @@ func TestRecordPatch(t *testing.T) {
 			name:   "pod with annotations",
 			cached: testPod("p", annotated("a/b", "c")), live: testPod("p", annotated("a/b", "c")),
 		},
-		// Issue 15: the node agent's status writes must not fail a record
+		// Issue 15: the kubelet's status writes must not fail a record
 		// of a claim the instance already decided.
 		{name: "status written since it was read", cached: testPod("p"), live: testPod("p", statusWritten)},
 		{name: "claimed meanwhile by another function", cached: testPod("p"), live: testPod("p", claimedBy(testFunction("other"))), wantErr: true},

@@ -2,71 +2,19 @@ package attach
 
 import (
 	"fmt"
-	"os"
-	"path"
-	"path/filepath"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/tests/cluster"
-	"skipper.dev/skipper/tests/linuxhost"
 )
-
-// ContainerPid is the host pid of a running container of p on the local
-// cluster: the first process in its cgroup, which the kubelet's cgroupfs
-// driver and runc name <cluster cgroup>/<node>/kubepods[/<qos>]/pod<uid>/<container ID>
-// (read in the cgroup2 hierarchy, where runc places it too). The stand-in
-// node agent's container IDs are skipper://<pid>.
-func ContainerPid(p *corev1.Pod, container string) (int, error) {
-	for _, cs := range p.Status.ContainerStatuses {
-		if cs.Name != container || cs.State.Running == nil {
-			continue
-		}
-		if pid, ok := strings.CutPrefix(cs.ContainerID, "skipper://"); ok {
-			return strconv.Atoi(pid)
-		}
-		_, id, ok := strings.Cut(cs.ContainerID, "://")
-		if !ok || id == "" {
-			return 0, fmt.Errorf("pod %s container %s: container ID %q has no runtime prefix", p.Name, container, cs.ContainerID)
-		}
-		mount, err := linuxhost.Cgroup2Mount()
-		if err != nil {
-			return 0, err
-		}
-		dir := filepath.Join(mount, cluster.DefaultCgroupName, p.Spec.NodeName, PodCgroup(p.Status.QOSClass, p.UID), id)
-		data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
-		if err != nil {
-			return 0, fmt.Errorf("pod %s container %s: %w", p.Name, container, err)
-		}
-		if f := strings.Fields(string(data)); len(f) > 0 {
-			return strconv.Atoi(f[0])
-		}
-		return 0, fmt.Errorf("pod %s container %s: no process in %s", p.Name, container, dir)
-	}
-	return 0, fmt.Errorf("pod %s: container %s is not running", p.Name, container)
-}
-
-// PodCgroup is a pod's cgroup relative to its node's, as the kubelet's
-// cgroupfs driver names it: kubepods[/<qos>]/pod<uid>.
-func PodCgroup(qos corev1.PodQOSClass, uid types.UID) string {
-	switch qos {
-	case corev1.PodQOSGuaranteed:
-		return path.Join("kubepods", "pod"+string(uid))
-	case corev1.PodQOSBurstable:
-		return path.Join("kubepods", "burstable", "pod"+string(uid))
-	}
-	return path.Join("kubepods", "besteffort", "pod"+string(uid))
-}
 
 // PodNetns is the path of p's network namespace on the local cluster: that
 // of its first running container's process. Valid while it runs.
 func PodNetns(p *corev1.Pod) (string, error) {
 	var errs []string
 	for _, c := range p.Spec.Containers {
-		pid, err := ContainerPid(p, c.Name)
+		pid, err := cluster.ContainerPid(p, c.Name)
 		if err == nil {
 			return fmt.Sprintf("/proc/%d/ns/net", pid), nil
 		}

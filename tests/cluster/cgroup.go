@@ -17,12 +17,14 @@ import (
 // cgroup2 hierarchy and of each v1 hierarchy of the pod controllers (cpu,
 // cpuacct, memory, pids where the machine binds them to v1): the same
 // relative layout in every hierarchy. Node N's cgroup is /<Name>/node<N>;
-// its node agent makes the pods' cgroups under it the way the kubelet's
-// cgroupfs driver names them (kubepods/<qos>/pod<uid>/<container>).
+// its kubelet (cgroupfs driver, cgroupRoot) makes the pods' cgroups under
+// it (kubepods/<qos>/pod<uid>) and runc each container's
+// (.../<container ID>).
 //
 // Every process of the cluster runs in it, in every hierarchy: the control
 // plane (etcd and the kube-* daemons) in /<Name>/control-plane, each node's
-// agent and kube-proxy in the node's system leaf. Each simulated machine is
+// process (with its containerd and kubelet) and kube-proxy in the node's
+// system leaf. Each simulated machine is
 // thus one CPU group, standing in for machines of their own: left in the
 // root cgroup, each control-plane thread would weigh as much as all the
 // pods of the cluster together. The control plane weighs a quarter of a
@@ -62,7 +64,7 @@ func (c Cgroups) allDirs(rel string) []string { return linuxhost.Dirs(c.All, rel
 // NodeRel is node n's cgroup relative to each hierarchy's root, e.g. /skipper/node1.
 func (c Cgroups) NodeRel(n int) string { return path.Join("/", c.Name, NodeName(n)) }
 
-// Node is node n's cgroup2 directory: the node agent makes its pods'
+// Node is node n's cgroup2 directory: the kubelet makes its pods'
 // cgroups under it, BPF programs attach there.
 func (c Cgroups) Node(n int) string { return linuxhost.Dirs(c.Hier[:1], c.NodeRel(n))[0] }
 

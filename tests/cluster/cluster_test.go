@@ -29,7 +29,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/tests/linuxhost"
-	"skipper.dev/skipper/tests/nodeagent"
 )
 
 // repoRoot is the repository root, two levels above this package.
@@ -73,9 +72,8 @@ spec:
       terminationGracePeriodSeconds: 5
       containers:
         - name: web
-          image: ghcr.io/skipper-dev/skipper:dev
-          command: ["/webapp"]
-          args: ["--listen=$(POD_IP):8080"]
+          image: 198.51.100.1:5000/skipper-dev/testpod:dev
+          args: ["serve", "$(POD_IP):8080"]
           env:
             - name: POD_IP
               valueFrom: {fieldRef: {fieldPath: status.podIP}}
@@ -108,21 +106,22 @@ spec:
 apiVersion: v1
 kind: Pod
 metadata:
-  name: unmapped
+  name: absent
   namespace: default
 spec:
   containers:
     - name: c
-      image: docker.io/library/nginx:1.27
-      command: ["nginx"]
+      image: 198.51.100.1:5000/skipper-dev/absent:dev
 `
 
-// TestClusterUpDown runs a whole local cluster with test manifests: Ready
-// node with a Lease, pods Running and Ready on their own IPs in their own
-// network namespaces and cgroups once their ConfigMap appears, in-cluster
-// API access with the projected token, a Service ClusterIP through
-// kube-proxy, an unmapped image reported, pod deletion, and a clean
-// teardown.
+// TestClusterUpDown runs a whole local cluster on real nodes (a kubelet
+// and containerd each, make image's images from the cluster's registry)
+// with test manifests: Ready node with a Lease, pods Running and Ready on
+// their own IPs in their own network namespaces and cgroups once their
+// ConfigMap appears, in-cluster API access with the projected token, a
+// Service ClusterIP through kube-proxy, an image the registry lacks
+// reported, pod deletion, and a clean teardown (no container, shim,
+// mount, netns or cgroup left).
 func TestClusterUpDown(t *testing.T) {
 	requireRoot(t)
 	root := repoRoot(t)
@@ -140,23 +139,14 @@ func TestClusterUpDown(t *testing.T) {
 		t.Skip("skipper-br0 exists: a local cluster (or its leftovers) is present; run make down")
 	}
 
-	bin := t.TempDir()
-	for _, c := range kubeComponents {
-		if err := os.Symlink(kube, filepath.Join(bin, c)); err != nil {
-			t.Fatal(err)
+	// The node process is bin/skipper-cluster node; the images come from
+	// bin/image.
+	bin := filepath.Join(root, "bin")
+	for _, f := range []string{"skipper-cluster", "containerd", "skipper-image", "image/index.json"} {
+		if _, err := os.Stat(filepath.Join(bin, f)); err != nil {
+			t.Skipf("needs bin/%s (make build containerd image): %v", f, err)
 		}
 	}
-	build := func(out, pkg string) {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(bin, out), pkg)
-		cmd.Dir = filepath.Join(root, "tests", "cluster")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("build %s: %v\n%s", pkg, err, b)
-		}
-	}
-	build("skipper-nodeagent", "../cmd/skipper-nodeagent")
-	build("skipper-container-init", "../cmd/skipper-container-init")
-	build("webapp", "./testdata/webapp")
 	manifests := t.TempDir()
 	if err := os.WriteFile(filepath.Join(manifests, "kustomization.yaml"), []byte("resources: [app.yaml]\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -167,8 +157,7 @@ func TestClusterUpDown(t *testing.T) {
 
 	state := t.TempDir()
 	stdout := &syncBuffer{}
-	cfg := &Config{RepoDir: root, State: State{Dir: state}, BinDir: bin, Apply: []string{manifests},
-		ImageDirs: []string{"ghcr.io/skipper-dev/skipper=" + bin}, Stdout: stdout}
+	cfg := &Config{RepoDir: root, State: State{Dir: state}, BinDir: bin, Apply: []string{manifests}, Stdout: stdout}
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
@@ -232,13 +221,16 @@ func TestClusterUpDown(t *testing.T) {
 	}
 	cs := kubernetes.NewForConfigOrDie(rc)
 
-	lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, "node1", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("node lease: %v", err)
-	}
-	if age := time.Since(lease.Spec.RenewTime.Time); age > 30*time.Second {
-		t.Errorf("lease renewed %s ago", age)
-	}
+	// The kubelet's Lease: created once the node is registered, then
+	// renewed every 10 s.
+	waitFor(t, 30*time.Second, "node1's Lease renewed", func() (bool, string) {
+		lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, "node1", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		age := time.Since(lease.Spec.RenewTime.Time)
+		return age < 30*time.Second, fmt.Sprintf("renewed %s ago", age)
+	})
 
 	// The pods wait for their ConfigMap, as under a kubelet.
 	waitFor(t, time.Minute, "web pods waiting for web-config", func() (bool, string) {
@@ -286,15 +278,22 @@ func TestClusterUpDown(t *testing.T) {
 			t.Errorf("pod %s IP %s outside %s's pod CIDR %s", p.Name, p.Status.PodIP, p.Spec.NodeName, cidr)
 		}
 		cst := p.Status.ContainerStatuses[0]
-		if cst.State.Running == nil || !strings.HasPrefix(cst.ContainerID, "skipper://") || !cst.Ready {
+		if cst.State.Running == nil || !strings.HasPrefix(cst.ContainerID, "containerd://") || !cst.Ready {
 			t.Errorf("pod %s container status %+v", p.Name, cst)
 		}
 		checkPodIsolated(t, cfg, n, &p, true)
+		// The kubelet points pods at the API server through the
+		// kubernetes Service (kube-proxy's rules in the node), as on any
+		// cluster.
+		apiSvc, err := cs.CoreV1().Services("default").Get(ctx, "kubernetes", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		base := "http://" + p.Status.PodIP + ":8080"
 		for path, want := range map[string]string{
 			"/whoami":                              "system:serviceaccount:default:default",
 			"/env?k=GREETING":                      "hello",
-			"/env?k=KUBERNETES_SERVICE_HOST":       "198.51.100.1",
+			"/env?k=KUBERNETES_SERVICE_HOST":       apiSvc.Spec.ClusterIP,
 			"/file?path=/var/run/web/cfg/greeting": "hello",
 			"/file?path=/var/run/secrets/kubernetes.io/serviceaccount/namespace": "default",
 		} {
@@ -310,11 +309,13 @@ func TestClusterUpDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	callerNode, _ := strconv.Atoi(strings.TrimPrefix(pods[0].Spec.NodeName, "node"))
-	callerNetns := cfg.Topology.Netns(callerNode) + "-pod-" + string(pods[0].UID)
+	callerPid, err := ContainerPid(&pods[0], "web")
+	if err != nil {
+		t.Fatal(err)
+	}
 	seen := map[string]bool{}
 	waitFor(t, 30*time.Second, "both web pods through ClusterIP "+svc.Spec.ClusterIP+" from pod "+pods[0].Name, func() (bool, string) {
-		out, err := exec.Command("ip", "netns", "exec", callerNetns, "curl", "-sS", "--max-time", "2",
+		out, err := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", callerPid), "curl", "-sS", "--max-time", "2",
 			"http://"+svc.Spec.ClusterIP+"/env?k=POD_IP").CombinedOutput()
 		if err != nil {
 			return false, fmt.Sprintf("%v: %s", err, out)
@@ -323,16 +324,22 @@ func TestClusterUpDown(t *testing.T) {
 		return seen[pods[0].Status.PodIP] && seen[pods[1].Status.PodIP], fmt.Sprintf("answered by %v", seen)
 	})
 
-	unmapped, err := cs.CoreV1().Pods("default").Get(ctx, "unmapped", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if s := unmapped.Status.ContainerStatuses; len(s) != 1 || s[0].State.Waiting == nil || s[0].State.Waiting.Reason != "ErrImageNeverPull" {
-		t.Errorf("unmapped image pod status: %+v", unmapped.Status)
-	}
+	waitFor(t, 30*time.Second, "the pod of an image the registry lacks failing its pull", func() (bool, string) {
+		absent, err := cs.CoreV1().Pods("default").Get(ctx, "absent", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		s := absent.Status.ContainerStatuses
+		return len(s) == 1 && s[0].State.Waiting != nil && (s[0].State.Waiting.Reason == "ErrImagePull" || s[0].State.Waiting.Reason == "ImagePullBackOff"),
+			fmt.Sprintf("%+v", absent.Status)
+	})
 
 	// Deleting a pod stops it and removes it for good; the ReplicaSet replaces it.
 	victim := pods[0]
+	victimNetns, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", callerPid))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cs.CoreV1().Pods("default").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -345,51 +352,62 @@ func TestClusterUpDown(t *testing.T) {
 	}
 	n, _ := strconv.Atoi(strings.TrimPrefix(victim.Spec.NodeName, "node"))
 	checkPodIsolated(t, cfg, n, &victim, false)
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", callerPid)); err == nil {
+		if now, err := os.Stat(fmt.Sprintf("/proc/%d/ns/net", callerPid)); err == nil && os.SameFile(now, victimNetns) {
+			t.Errorf("deleted pod %s: its container (pid %d) still runs", victim.Name, callerPid)
+		}
+	}
 }
 
 // checkPodIsolated checks that a running pod (want) has its own network
-// namespace, holding its IP on eth0 while the node's links do not, a veth
-// on the node's bridge, and its cgroups named as the kubelet names them in
-// every hierarchy; or that a deleted pod (!want) left none of them.
+// namespace, holding its IP on eth0 (a veth whose peer is a port of the
+// node's bridge cbr0) while the node's links do not, and its container in
+// the cgroups the kubelet's cgroupfs driver names in every hierarchy; or
+// that a deleted pod (!want) left no pod cgroup.
 func checkPodIsolated(t *testing.T, cfg *Config, n int, p *corev1.Pod, want bool) {
 	t.Helper()
-	ns := cfg.Topology.Netns(n) + "-pod-" + string(p.UID)
 	hs, err := linuxhost.Hierarchies()
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := linuxhost.Dirs(hs, fmt.Sprintf("/%s/node%d/kubepods/besteffort/pod%s/%s", cfg.CgroupName, n, p.UID, p.Spec.Containers[0].Name))
-	veth, vethErr := exec.Command("ip", "-netns", cfg.Topology.Netns(n), "-o", "link", "show", "dev", nodeagent.VethName(p.UID)).CombinedOutput()
+	podRel := path.Join("/", cfg.CgroupName, NodeName(n), PodCgroup(p.Status.QOSClass, p.UID))
 	if !want {
-		if _, err := os.Stat(linuxhost.NetnsPath(ns)); err == nil {
-			t.Errorf("deleted pod %s: netns %s left", p.Name, ns)
-		}
-		if vethErr == nil {
-			t.Errorf("deleted pod %s: veth left in node %d: %s", p.Name, n, veth)
-		}
-		for _, d := range dirs {
-			if _, err := os.Stat(filepath.Dir(d)); err == nil {
-				t.Errorf("deleted pod %s: cgroup %s left", p.Name, filepath.Dir(d))
+		waitFor(t, 30*time.Second, "deleted pod "+p.Name+"'s cgroups removed", func() (bool, string) {
+			for _, d := range linuxhost.Dirs(hs, podRel) {
+				if _, err := os.Stat(d); err == nil {
+					return false, d + " left"
+				}
 			}
-		}
+			return true, ""
+		})
 		return
 	}
-	if vethErr != nil || !strings.Contains(string(veth), "master cbr0") {
-		t.Errorf("pod %s: veth %s not a port of cbr0 in node %d (%v): %s", p.Name, nodeagent.VethName(p.UID), n, vethErr, veth)
+	pid, err := ContainerPid(p, p.Spec.Containers[0].Name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	out, err := exec.Command("ip", "-netns", ns, "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
+	podNet := fmt.Sprintf("--net=/proc/%d/ns/net", pid)
+	out, err := exec.Command("nsenter", podNet, "ip", "-4", "-o", "addr", "show", "dev", "eth0").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), " "+p.Status.PodIP+"/24 ") {
-		t.Errorf("pod %s: eth0 in netns %s does not hold %s: %v\n%s", p.Name, ns, p.Status.PodIP, err, out)
+		t.Errorf("pod %s: eth0 in its netns does not hold %s: %v\n%s", p.Name, p.Status.PodIP, err, out)
+	}
+	// eth0's peer (its link-netns index) is a port of cbr0 in the node.
+	out, err = exec.Command("nsenter", podNet, "ip", "-o", "link", "show", "dev", "eth0").CombinedOutput()
+	_, after, _ := strings.Cut(string(out), "eth0@if")
+	peer, _, _ := strings.Cut(after, ":")
+	ports, perr := exec.Command("ip", "-netns", cfg.Topology.Netns(n), "-o", "link", "show", "master", "cbr0").CombinedOutput()
+	if err != nil || perr != nil || peer == "" || !slices.ContainsFunc(strings.Split(string(ports), "\n"), func(l string) bool { return strings.HasPrefix(l, peer+": ") }) {
+		t.Errorf("pod %s: eth0's peer (ifindex %s) is not a port of cbr0 in node %d (%v, %v):\n%s\n%s", p.Name, peer, n, err, perr, out, ports)
 	}
 	out, err = exec.Command("ip", "-netns", cfg.Topology.Netns(n), "-4", "-o", "addr", "show").CombinedOutput()
 	if err != nil || strings.Contains(string(out), " "+p.Status.PodIP+"/") {
 		t.Errorf("pod %s: its IP %s is on a link of node %d (%v):\n%s", p.Name, p.Status.PodIP, n, err, out)
 	}
-	pid := strings.TrimPrefix(p.Status.ContainerStatuses[0].ContainerID, "skipper://")
-	for _, d := range dirs {
+	_, id, _ := strings.Cut(p.Status.ContainerStatuses[0].ContainerID, "://")
+	for _, d := range linuxhost.Dirs(hs, path.Join(podRel, id)) {
 		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
-		if err != nil || !slices.Contains(strings.Fields(string(procs)), pid) {
-			t.Errorf("pod %s: container pid %s not in cgroup %s (%v): %q", p.Name, pid, d, err, procs)
+		if err != nil || !slices.Contains(strings.Fields(string(procs)), strconv.Itoa(pid)) {
+			t.Errorf("pod %s: container pid %d not in cgroup %s (%v): %q", p.Name, pid, d, err, procs)
 		}
 	}
 }
@@ -525,6 +543,15 @@ func checkClean(t *testing.T, cfg *Config) {
 			if _, err := os.Stat(dir); err == nil {
 				t.Errorf("cgroup %s left", dir)
 			}
+		}
+	}
+	// The node daemons and the runc shims they started (daemonised,
+	// reparented to the node process): none may outlive the cluster.
+	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, e := range exes {
+		if target, err := os.Readlink(e); err == nil && strings.HasPrefix(target, cfg.BinDir+"/") &&
+			slices.Contains([]string{"containerd", "containerd-shim-runc-v2", "kube"}, filepath.Base(target)) {
+			t.Errorf("process left: %s is %s", filepath.Dir(e), target)
 		}
 	}
 	if names, _ := cfg.State.pidFiles(); len(names) > 0 {

@@ -26,9 +26,6 @@ type Config struct {
 	// Apply lists kustomize directories applied in order with
 	// `kubectl apply --server-side -k`. Default: deploy/overlays/local, deploy/overlays/local-examples.
 	Apply []string
-	// ImageDirs maps images to local directories for the node agents
-	// (image=dir). Default: ghcr.io/skipper-dev/skipper=<BinDir>.
-	ImageDirs []string
 	// Function is the function whose answer through node 1's router marks the
 	// cluster ready; empty skips the wait. Default: default/echo.
 	Function string
@@ -51,9 +48,6 @@ type Config struct {
 	// ProxyMode is kube-proxy's mode on every node: iptables, nftables, or
 	// none (no kube-proxy: Service ClusterIPs do not work). Default iptables.
 	ProxyMode string
-	// Runtime is what runs on every node: RuntimeKubelet (a kubelet and
-	// containerd) or RuntimeNodeAgent (the stand-in). Default nodeagent.
-	Runtime string
 	// Stdout receives the one `skipper: ready` line. Default os.Stdout.
 	Stdout io.Writer
 }
@@ -114,19 +108,11 @@ func (c *Config) defaults() error {
 	if c.Topology.Bridge == "" {
 		c.Topology = DefaultTopology()
 	}
-	if c.ImageDirs == nil {
-		// The overlays name the image in the cluster's registry; the node
-		// agent maps either name to bin/.
-		c.ImageDirs = []string{"ghcr.io/skipper-dev/skipper=" + c.BinDir, c.Registry() + "/skipper-dev/skipper=" + c.BinDir}
-	}
 	if c.CgroupName == "" {
 		c.CgroupName = DefaultCgroupName
 	}
 	if c.ProxyMode == "" {
 		c.ProxyMode = ProxyIPTables
-	}
-	if c.Runtime == "" {
-		c.Runtime = RuntimeNodeAgent
 	}
 	if c.Stdout == nil {
 		c.Stdout = os.Stdout
@@ -148,18 +134,8 @@ func (c *Config) Validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--proxy-mode %q: want %s, %s or %s", c.ProxyMode, ProxyIPTables, ProxyNFTables, ProxyNone))
 	}
-	switch c.Runtime {
-	case RuntimeKubelet, RuntimeNodeAgent:
-	default:
-		errs = append(errs, fmt.Errorf("--runtime %q: want %s or %s", c.Runtime, RuntimeKubelet, RuntimeNodeAgent))
-	}
 	if c.Function != "" && !strings.Contains(c.Function, "/") {
 		errs = append(errs, fmt.Errorf("--function %q: want <namespace>/<name>", c.Function))
-	}
-	for _, m := range c.ImageDirs {
-		if img, dir, ok := strings.Cut(m, "="); !ok || img == "" || dir == "" {
-			errs = append(errs, fmt.Errorf("--image-dir %q: want <image>=<dir>", m))
-		}
 	}
 	return errors.Join(errs...)
 }
@@ -234,10 +210,14 @@ Usage:
 network (bridge skipper-br0 198.51.100.1/24, node N in netns skipper-node<N> at
 198.51.100.<10+N> with pods in 198.18.<N>.0/24, each pod in its own netns on
 the node's bridge cbr0), starts etcd, kube-apiserver, kube-controller-manager,
-kube-scheduler (from bin/kube), and per node one bin/skipper-nodeagent (which
-starts each container through bin/skipper-container-init) and one kube-proxy,
-applies each --apply directory with 'kubectl apply --server-side -k', waits
-for --function to answer through node 1's router, writes .skipper/env and prints one line 'skipper: ready ...'.
+kube-scheduler (from bin/kube) and a registry on the bridge serving make
+image's images (198.51.100.1:5000), and runs each node in its netns and a
+mount namespace of its own: a kubelet (bin/kube), containerd (make
+containerd) with Debian's runc and CNI plugins, and one kube-proxy; applies
+the cluster DNS (tests/cluster/dns, CoreDNS), then each --apply directory
+with 'kubectl apply --server-side -k', waits for --function to answer
+through node 1's router, writes .skipper/env and prints one line
+'skipper: ready ...'.
 `
 
 // parseFlags parses the flags of up and down into a Config.
@@ -251,11 +231,8 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
 	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 2), "number of nodes [SKIPPER_NODES]")
 	c.Apply = []string{"deploy/overlays/local", "deploy/overlays/local-examples"}
 	fs.Var(&listFlag{vals: &c.Apply}, "apply", "kustomize directory to apply, in order; repeatable; an empty value applies nothing")
-	c.ImageDirs = nil
-	fs.Var(&listFlag{vals: &c.ImageDirs}, "image-dir", "image=dir mapping handed to every node agent; repeatable (default: ghcr.io/skipper-dev/skipper=<bin-dir>)")
 	fs.StringVar(&c.Function, "function", envOr("SKIPPER_READY_FUNCTION", "default/echo"), "function that must answer through node 1's router before 'ready'; empty: do not wait [SKIPPER_READY_FUNCTION]")
 	fs.StringVar(&c.ProxyMode, "proxy-mode", envOr("SKIPPER_PROXY_MODE", ProxyIPTables), "kube-proxy mode on every node: iptables, nftables, or none (no kube-proxy; Service ClusterIPs do not work) [SKIPPER_PROXY_MODE]")
-	fs.StringVar(&c.Runtime, "runtime", envOr("SKIPPER_RUNTIME", RuntimeNodeAgent), "what runs on every node: kubelet (a real kubelet and containerd from make kube and make containerd, Debian's runc and CNI plugins, images from make image served by a registry on the bridge) or nodeagent (the stand-in, tests/nodeagent) [SKIPPER_RUNTIME]")
 	fs.DurationVar(&c.StartTimeout, "start-timeout", envDuration("SKIPPER_START_TIMEOUT", 90*time.Second), "bound on each control-plane component's start [SKIPPER_START_TIMEOUT]")
 	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", envDuration("SKIPPER_READY_TIMEOUT", 120*time.Second), "bound on the wait for a Ready node, the manifests and the function's answer [SKIPPER_READY_TIMEOUT]")
 	fs.DurationVar(&c.StopTimeout, "stop-timeout", envDuration("SKIPPER_STOP_TIMEOUT", 10*time.Second), "grace between SIGTERM and SIGKILL for each process [SKIPPER_STOP_TIMEOUT]")

@@ -93,7 +93,7 @@ func (c *Config) kcmSpec() ProcSpec {
 		"--cluster-signing-cert-file=" + p.Path("ca.crt"),
 		"--cluster-signing-key-file=" + p.Path("ca.key"),
 		"--cluster-cidr=" + c.Topology.PodSupernet.String(),
-		"--allocate-node-cidrs=false", // the node agent sets its own podCIDR
+		"--allocate-node-cidrs=false", // each node's CNI config and kubelet name its pod CIDR
 		"--service-cluster-ip-range=" + c.Topology.ServiceCIDR.String(),
 		"--profiling=false",
 	}}
@@ -110,33 +110,6 @@ func (c *Config) schedulerSpec() ProcSpec {
 		"--leader-elect=false",
 		"--profiling=false",
 	}}
-}
-
-func (c *Config) nodeAgentSpec(n int, cg Cgroups) ProcSpec {
-	p := PKI{Dir: c.State.PKI()}
-	node := NodeName(n)
-	args := []string{
-		"--kubeconfig=" + p.Kubeconfig(node),
-		"--node-name=" + node,
-		"--node-ip=" + c.Topology.NodeIP(n).String(),
-		"--pod-cidr=" + c.Topology.PodCIDR(n).String(),
-		"--apiserver-host=" + c.Topology.Gateway.Addr().String(),
-		"--apiserver-port=" + strconv.Itoa(apiserverPort),
-		"--pod-log-dir=" + c.State.PodLogDir(),
-		"--max-pods=250",
-		// Named after the node so Down's sweep of the node namespaces
-		// (Topology.NetnsPrefix) catches the pods' too.
-		"--pod-netns-prefix=" + c.Topology.Netns(n) + "-pod-",
-	}
-	for _, m := range c.ImageDirs {
-		args = append(args, "--image-dir="+m)
-	}
-	spec := ProcSpec{Name: "skipper-nodeagent-" + node, Path: filepath.Join(c.BinDir, "skipper-nodeagent"),
-		Args: args, Netns: c.Topology.Netns(n)}
-	if len(cg.Hier) > 0 {
-		spec.Args = append(spec.Args, "--cgroup="+cg.Node(n))
-	}
-	return cg.Place(spec, cg.SystemRel(n))
 }
 
 // kubeProxySpec runs node n's kube-proxy in the node's namespace, so its

@@ -98,7 +98,7 @@ func (c *Config) sweep(log *slog.Logger) error {
 
 func stopRank(name string) int {
 	switch {
-	case strings.HasPrefix(name, "skipper-nodeagent"), strings.HasPrefix(name, nodeProcPrefix), strings.HasPrefix(name, "kube-proxy"):
+	case strings.HasPrefix(name, nodeProcPrefix), strings.HasPrefix(name, "kube-proxy"):
 		return 0
 	case name == "kube-scheduler", name == "kube-controller-manager":
 		return 1

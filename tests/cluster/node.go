@@ -13,19 +13,9 @@ import (
 	"strings"
 )
 
-// A node runs a real kubelet and containerd (runtime "kubelet"; see
-// NodeSpec). What each needs and neither defaults to is set here, once, as
+// A node runs a real kubelet and containerd (see NodeSpec). What each needs and neither defaults to is set here, once, as
 // pure functions of the node: the files are written by Up and the node
 // process (RunNode) only mounts them and starts the daemons.
-
-// Node runtimes (Config.Runtime).
-const (
-	// RuntimeKubelet runs the kubelet and containerd (with Debian's runc
-	// and CNI plugins) on every node.
-	RuntimeKubelet = "kubelet"
-	// RuntimeNodeAgent runs the stand-in node agent (tests/nodeagent).
-	RuntimeNodeAgent = "nodeagent"
-)
 
 // Paths on the machine the node's daemons use.
 const (

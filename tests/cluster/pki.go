@@ -128,8 +128,7 @@ func ClientSpecs(nodes int) []CertSpec {
 		{Name: "kube-scheduler", CN: "system:kube-scheduler"},
 		// Every node's kube-proxy; the default RBAC binds it to system:node-proxier.
 		{Name: "kube-proxy", CN: "system:kube-proxy"},
-		// The API server's identity towards kubelets (logs, exec); unused by
-		// the node agent today but kept so the flag set is complete.
+		// The API server's identity towards kubelets (logs, exec, port-forward).
 		{Name: "apiserver-kubelet-client", CN: "kube-apiserver-kubelet-client", Org: []string{"system:masters"}},
 	}
 	for n := 1; n <= nodes; n++ {

@@ -27,7 +27,7 @@ import (
 var ErrRunning = errors.New("a local cluster already runs")
 
 // kubeComponents are the bin/kube symlinks the cluster needs.
-var kubeComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubectl"}
+var kubeComponents = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kube-proxy", "kubelet", "kubectl"}
 
 // cluster is one run of Up.
 type cluster struct {
@@ -125,27 +125,17 @@ func (c *Config) preflight() error {
 			errs = append(errs, fmt.Errorf("%s missing: run 'make kube' (builds bin/kube and its symlinks)", c.kube(name)))
 		}
 	}
-	switch c.Runtime {
-	case RuntimeNodeAgent:
-		for _, name := range []string{"skipper-nodeagent", "skipper-container-init"} {
-			if _, err := os.Stat(filepath.Join(c.BinDir, name)); err != nil {
-				errs = append(errs, fmt.Errorf("%s missing: run 'make build'", filepath.Join(c.BinDir, name)))
-			}
-		}
-	case RuntimeKubelet:
-		for _, f := range []struct{ path, fix string }{
-			{c.kube("kubelet"), "run 'make kube'"},
-			{filepath.Join(c.BinDir, "skipper-cluster"), "run 'make build'"},
-			{filepath.Join(c.BinDir, "containerd"), "run 'make containerd'"},
-			{filepath.Join(c.BinDir, "containerd-shim-runc-v2"), "run 'make containerd'"},
-			{filepath.Join(c.BinDir, "skipper-image"), "run 'make image'"},
-			{filepath.Join(c.BinDir, "image", "index.json"), "run 'make image'"},
-			{runcPath, "run 'make deps' (Debian's runc)"},
-			{filepath.Join(cniBinDir, "bridge"), "run 'make deps' (Debian's containernetworking-plugins)"},
-		} {
-			if _, err := os.Stat(f.path); err != nil {
-				errs = append(errs, fmt.Errorf("%s missing: %s", f.path, f.fix))
-			}
+	for _, f := range []struct{ path, fix string }{
+		{filepath.Join(c.BinDir, "skipper-cluster"), "run 'make build'"},
+		{filepath.Join(c.BinDir, "containerd"), "run 'make containerd'"},
+		{filepath.Join(c.BinDir, "containerd-shim-runc-v2"), "run 'make containerd'"},
+		{filepath.Join(c.BinDir, "skipper-image"), "run 'make image'"},
+		{filepath.Join(c.BinDir, "image", "index.json"), "run 'make image'"},
+		{runcPath, "run 'make deps' (Debian's runc)"},
+		{filepath.Join(cniBinDir, "bridge"), "run 'make deps' (Debian's containernetworking-plugins)"},
+	} {
+		if _, err := os.Stat(f.path); err != nil {
+			errs = append(errs, fmt.Errorf("%s missing: %s", f.path, f.fix))
 		}
 	}
 	for _, dir := range c.Apply {
@@ -252,17 +242,13 @@ func (c *cluster) start(ctx context.Context) error {
 	}
 	log.Info("kube-controller-manager and kube-scheduler ready")
 
-	if cfg.Runtime == RuntimeKubelet {
-		if err := c.startRegistry(ctx); err != nil {
-			return err
-		}
+	if err := c.startRegistry(ctx); err != nil {
+		return err
 	}
 	for n := 1; n <= cfg.Nodes; n++ {
-		spec := cfg.nodeAgentSpec(n, c.cg)
-		if cfg.Runtime == RuntimeKubelet {
-			if spec, err = cfg.writeNode(n, c.cg); err != nil {
-				return err
-			}
+		spec, err := cfg.writeNode(n, c.cg)
+		if err != nil {
+			return err
 		}
 		if _, err := c.spawn(spec); err != nil {
 			return err
@@ -384,12 +370,8 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 	}
 
 	// The cluster's own DNS first, as every cluster has one before its
-	// workloads (the stand-in runs no images: it has none).
-	dirs := cfg.Apply
-	if cfg.Runtime == RuntimeKubelet {
-		dirs = append([]string{filepath.Join(cfg.RepoDir, clusterDNSDir)}, dirs...)
-	}
-	for _, dir := range dirs {
+	// workloads.
+	for _, dir := range append([]string{filepath.Join(cfg.RepoDir, clusterDNSDir)}, cfg.Apply...) {
 		if err := c.apply(ctx, dir); err != nil {
 			return nil, err
 		}
@@ -440,7 +422,6 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 		{"SKIPPER_REGISTRY", cfg.Registry()},
 		{"SKIPPER_IMAGE", cfg.LocalImage("skipper-dev/skipper", "dev")},
 		{"SKIPPER_TESTPOD_IMAGE", cfg.LocalImage("skipper-dev/testpod", "dev")},
-		{"SKIPPER_RUNTIME", cfg.Runtime},
 	}, nil
 }
 
@@ -608,10 +589,11 @@ func (c *cluster) supervise(ctx context.Context) error {
 	}
 }
 
-// teardown stops the children (node agents first, etcd last) and sweeps.
+// teardown stops the children (nodes first, etcd last) and sweeps.
 func (c *cluster) teardown() error {
-	// The nodes first and all at once (each node agent stops its pods
-	// within their grace), then the control plane in reverse start order.
+	// The nodes first and all at once (each node process stops its
+	// kubelet, kills what is left in its pod cgroups, then containerd and
+	// the shims), then the control plane in reverse start order.
 	c.closeControl()
 	c.mu.Lock()
 	procs := slices.Clone(c.procs)

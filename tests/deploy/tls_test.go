@@ -99,7 +99,7 @@ func TestTLSOverlay(t *testing.T) {
 			if !ok {
 				t.Fatalf("overlays/tls: no --%s in %v", tc.flag, c.Args)
 			}
-			// The local cluster's node agent mounts volumes under /var/run only.
+			// Mounted runtime files live under /var/run, as the base's do.
 			if !strings.HasPrefix(dir, "/var/run/") {
 				t.Errorf("--%s=%s: want a path under /var/run", tc.flag, dir)
 			}

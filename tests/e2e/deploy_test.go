@@ -49,6 +49,7 @@ func TestManifestsServerSideApply(t *testing.T) {
 		{"deploy/overlays/local-examples", []string{"Deployment", "Function"}},
 		{"deploy/monitoring", []string{"PodMonitor", "PrometheusRule", "ConfigMap"}},
 		{"deploy/sidecar", []string{"ServiceAccount", "RoleBinding", "Deployment"}},
+		{"deploy/overlays/local-sidecar", []string{"ServiceAccount", "RoleBinding", "Deployment"}},
 	} {
 		t.Run(strings.ReplaceAll(tc.dir, "/", "_"), func(t *testing.T) {
 			rendered := kubectl(t, nil, "kustomize", filepath.Join(env.root, tc.dir))

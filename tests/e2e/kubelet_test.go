@@ -23,14 +23,6 @@ import (
 // emptyDir shared by containers, exec probes, restarts of a container
 // killed behind the kubelet's back, and the cluster's DNS.
 
-// requireKubelet skips a test the stand-in node agent cannot pass.
-func requireKubelet(t *testing.T) {
-	t.Helper()
-	if env.runtime != cluster.RuntimeKubelet {
-		t.Skipf("needs real nodes (runtime %q; make up runs them with --runtime=kubelet)", env.runtime)
-	}
-}
-
 // testPodContainer is a container of the e2e tests' pod image running
 // /testpod with args.
 func testPodContainer(name string, args ...string) corev1.Container {
@@ -44,7 +36,6 @@ func testPodContainer(name string, args ...string) corev1.Container {
 // same volume. The test reads the main container's copy through its
 // mount namespace.
 func TestInitContainerSidecarEmptyDir(t *testing.T) {
-	requireKubelet(t)
 	shared := corev1.VolumeMount{Name: "shared", MountPath: "/shared"}
 	initC := testPodContainer("init", "write", "/shared/init", "from-init")
 	sidecar := testPodContainer("sidecar", "sidecar", "/shared/sidecar", "from-sidecar")
@@ -111,7 +102,6 @@ func runcKill(t *testing.T, p *corev1.Pod, container string) {
 // TestRuncKilledContainerRestarted: a container killed with runc kill is
 // restarted by the kubelet, in the same sandbox.
 func TestRuncKilledContainerRestarted(t *testing.T) {
-	requireKubelet(t)
 	pod := createPods(t, echoPod("e2e-kubelet-runc-kill", "node2", nil))["e2e-kubelet-runc-kill"]
 	before := containerID(t, pod, "echo")
 	runcKill(t, pod, "echo")
@@ -139,7 +129,6 @@ func TestRuncKilledContainerRestarted(t *testing.T) {
 // (an InstanceRetired Event, the pod deleted) and the function's next
 // call is served by another.
 func TestClaimedInstanceRetiredOnRestart(t *testing.T) {
-	requireKubelet(t)
 	const fn = "retire-on-restart"
 	createFunction(t, fn, map[string]any{"idleTimeout": "5m"})
 	ref := "default/" + fn
@@ -190,7 +179,6 @@ func TestClaimedInstanceRetiredOnRestart(t *testing.T) {
 // cluster DNS (CoreDNS, kube-dns), as on any cluster: the name is the
 // Service's ClusterIP.
 func TestPodResolvesService(t *testing.T) {
-	requireKubelet(t)
 	const name = "skipper.skipper-system.svc.cluster.local"
 	svc, err := env.kube.CoreV1().Services("skipper-system").Get(t.Context(), "skipper", metav1.GetOptions{})
 	if err != nil {

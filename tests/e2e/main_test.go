@@ -24,7 +24,6 @@ var env struct {
 	routerMetrics string
 	image         string // the Skipper image the nodes pull (SKIPPER_IMAGE)
 	testPodImage  string // the e2e tests' pod image (SKIPPER_TESTPOD_IMAGE)
-	runtime       string // what runs on the nodes (SKIPPER_RUNTIME)
 	kube          kubernetes.Interface
 	dyn           dynamic.Interface
 }
@@ -71,7 +70,6 @@ func loadEnv(path string) error {
 	env.routerMetrics = e["ROUTER_METRICS_URL"]
 	env.image = cluster.ImageFromEnv(e)
 	env.testPodImage = e["SKIPPER_TESTPOD_IMAGE"]
-	env.runtime = e["SKIPPER_RUNTIME"]
 	cfg, err := clientcmd.BuildConfigFromFlags("", e["KUBECONFIG"])
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)

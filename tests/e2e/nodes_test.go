@@ -22,7 +22,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
-	"skipper.dev/skipper/tests/attach"
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
 )
@@ -40,7 +39,7 @@ func nodeNumber(t *testing.T, name string) int {
 // containerPid is the host pid of a running container.
 func containerPid(t *testing.T, p *corev1.Pod, container string) int {
 	t.Helper()
-	pid, err := attach.ContainerPid(p, container)
+	pid, err := cluster.ContainerPid(p, container)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +128,7 @@ func checkPodIsolation(t *testing.T, p *corev1.Pod) {
 		}
 	}
 
-	want := path.Join("/", cluster.DefaultCgroupName, cluster.NodeName(n), attach.PodCgroup(p.Status.QOSClass, p.UID), containerID(t, p, c))
+	want := path.Join("/", cluster.DefaultCgroupName, cluster.NodeName(n), cluster.PodCgroup(p.Status.QOSClass, p.UID), containerID(t, p, c))
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	if err != nil {
 		t.Fatal(err)

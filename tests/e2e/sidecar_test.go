@@ -12,11 +12,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// TestSidecarRouter: deploy/sidecar's caller pod runs the router as a
+// TestSidecarRouter: deploy/sidecar's caller pod (through
+// deploy/overlays/local-sidecar: the image from the cluster's registry) runs the router as a
 // sidecar (--mode=sidecar); its application reaches the echo function on
 // 127.0.0.1:8380 of its own pod, through a router that is not the node's.
 func TestSidecarRouter(t *testing.T) {
-	dir := filepath.Join(env.root, "deploy", "sidecar")
+	dir := filepath.Join(env.root, "deploy", "overlays", "local-sidecar")
 	kubectl(t, nil, "apply", "--server-side", "--field-manager=skipper-e2e", "-k", dir)
 	t.Cleanup(func() { kubectl(t, nil, "delete", "--ignore-not-found", "--wait=false", "-k", dir) })
 

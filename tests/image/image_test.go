@@ -36,7 +36,9 @@ func fakeBin(t *testing.T, names ...string) string {
 	return dir
 }
 
-func allBins() []string { return append(slices.Clone(SkipperBinaries), PauseBinary, CoreDNSBinary, TestPodBinary) }
+func allBins() []string {
+	return append(slices.Clone(SkipperBinaries), PauseBinary, CoreDNSBinary, TestPodBinary)
+}
 
 // entry is what a test checks of one tar entry.
 type entry struct {

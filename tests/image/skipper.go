@@ -9,8 +9,8 @@ import (
 
 // The Skipper image, as the Dockerfile gives it: its `go build` line's
 // binaries at /<binary>, USER and ENTRYPOINT (a test compares them). Every
-// directory under cmd/ is one of these; the node agent's container init
-// (tests/cmd) is the stand-in's, not the product's, and stays out.
+// directory under cmd/ is one of these; test binaries (tests/cmd) stay
+// out.
 var (
 	SkipperBinaries   = []string{"skipper-controller", "skipper-noderouter", "skipper-echo"}
 	SkipperUser       = "65532:65532"

@@ -474,8 +474,8 @@ func TestOneshot(t *testing.T) {
 }
 
 // TestInstanceCgroupsReadable: the router's cgroup reader finds the pods
-// the node agent runs (below --cgroup-root=/skipper, named as the
-// kubelet's cgroupfs driver names them) and reads their CPU and memory.
+// the kubelets run (below --cgroup-root=/skipper, named by the kubelet's
+// cgroupfs driver and runc) and reads their CPU and memory.
 // Any node's: the pool's pods may all run on one node.
 func TestInstanceCgroupsReadable(t *testing.T) {
 	r, err := cgroup.Open("", "/skipper")

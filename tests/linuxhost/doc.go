@@ -1,5 +1,5 @@
-// Package linuxhost is the host plumbing the local cluster (tests/cluster)
-// and the node agent (tests/nodeagent) share: named network namespaces
+// Package linuxhost is the host plumbing of the local cluster
+// (tests/cluster) and its tests: named network namespaces
 // (entered, created, deleted, their processes found), netlink dumps that
 // survive concurrent changes, sysctls, and cgroup hierarchies (the cgroup2
 // mount and the v1 hierarchies of the controllers pods are accounted in).

@@ -7,6 +7,7 @@
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
 //	skipper-bench hops [-n 40] [-idle 300ms]
+//	skipper-bench podstart [-n 30] [-parallel 1] [-pool echo]
 //	skipper-bench warm [-rounds 5] [-duration 5s] [-connections 64] [-rate 1000] [-contenders direct,router,nginx,haproxy,fasthttp,vip,kube-proxy] [-docs docs/benchmarks.md]
 //
 // coldstart creates n Functions on the pool, and for each one waits until
@@ -43,6 +44,9 @@
 // processes that do no work, each in the network namespace of the part it
 // stands for (see hops.go): the floor of coldstart's first/second ratio on
 // the machine.
+//
+// podstart times pod starts as the kubelet does them (see podstart.go):
+// bare pods from the pool's template, created -> Ready p50/p90.
 //
 // warm is issue 14's comparison of warm requests (see warm.go): a closed
 // loop (wrk) and an open loop at a fixed rate, the contenders interleaved
@@ -114,10 +118,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return runHops(ctx, args[1:], stdout, stderr)
 		case "hops-role":
 			return runHopsRole(ctx, args[1:], stderr)
+		case "podstart":
+			return runPodStart(ctx, args[1:], stdout, stderr)
 		}
 	}
 	if len(args) == 0 || args[0] != "coldstart" {
-		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|burst|vip|soak|warm|hops [flags]   (skipper-bench warm --help)")
+		fmt.Fprintln(stderr, "usage: skipper-bench coldstart|burst|vip|soak|warm|hops|podstart [flags]   (skipper-bench warm --help)")
 		return flag.ErrHelp
 	}
 	fs := flag.NewFlagSet("coldstart", flag.ContinueOnError)

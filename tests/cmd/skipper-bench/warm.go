@@ -28,7 +28,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
-	podattach "skipper.dev/skipper/tests/attach"
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
 )
@@ -289,7 +288,7 @@ func runWarm(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	cgName := cluster.DefaultCgroupName
-	routerRel := path.Join("/", cgName, cluster.NodeName(warmNode), podattach.PodCgroup(router.Status.QOSClass, router.UID))
+	routerRel := path.Join("/", cgName, cluster.NodeName(warmNode), cluster.PodCgroup(router.Status.QOSClass, router.UID))
 	mkcg := func(rel, like string) ([]string, error) {
 		dirs, err := makeCgroup(hs, rel, like)
 		if err != nil {

@@ -1,0 +1,59 @@
+package deploy
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// imageLine is a container's image in rendered YAML.
+var imageLine = regexp.MustCompile(`(?m)^\s+image: (\S+)$`)
+
+// images lists the images a kustomize directory renders, in order.
+func images(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	for _, m := range imageLine.FindAllStringSubmatch(string(kustomize(t, dir)), -1) {
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s renders no image", dir)
+	}
+	return out
+}
+
+// TestLocalOverlaysChangeOnlyRegistryAndTag: the manifests name real
+// images (ghcr.io/skipper-dev/...); each local overlay renders the same
+// images, in the same places, from the local cluster's registry with tag
+// dev (what make image builds and the cluster serves), and nothing else
+// about them.
+func TestLocalOverlaysChangeOnlyRegistryAndTag(t *testing.T) {
+	const ghcr, local = "ghcr.io/skipper-dev/", "198.51.100.1:5000/skipper-dev/"
+	for _, tc := range []struct{ base, overlay string }{
+		{"deploy", "deploy/overlays/local"},
+		{"deploy/examples", "deploy/overlays/local-examples"},
+		{"deploy/sidecar", "deploy/overlays/local-sidecar"},
+	} {
+		t.Run(strings.ReplaceAll(tc.overlay, "/", "_"), func(t *testing.T) {
+			var want []string
+			for _, img := range images(t, tc.base) {
+				repo, ok := strings.CutPrefix(img, ghcr)
+				if !ok {
+					t.Fatalf("%s names %s, not an image of %s", tc.base, img, ghcr)
+				}
+				repo, _, _ = strings.Cut(repo, ":")
+				want = append(want, local+repo+":dev")
+			}
+			got := images(t, tc.overlay)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("%s's images (-want +got):\n%s", tc.overlay, diff)
+			}
+			if slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, ghcr) }) {
+				t.Errorf("%s still pulls from %s", tc.overlay, ghcr)
+			}
+		})
+	}
+}
