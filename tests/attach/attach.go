@@ -40,6 +40,12 @@ func RepoRoot() (string, error) {
 // that stops it.
 func OrStart(root string, upTimeout time.Duration) (func(), error) {
 	if e, err := cluster.ReadEnv(filepath.Join(root, ".skipper", "env")); err == nil && RouterAnswers(e["ROUTER_URL"]) {
+		// The registry reads bin/image once, at the cluster's start, and
+		// the kubelets pull a :dev tag they have only once: a make image
+		// since then would go untested.
+		if now, err := cluster.LayoutDigest(filepath.Join(root, "bin")); err == nil && now != e["SKIPPER_CLUSTER_LAYOUT_DIGEST"] {
+			return nil, fmt.Errorf("the running cluster serves other images than bin/image (make image ran since it started): restart it (make down, then make up or make e2e)")
+		}
 		return func() {}, nil
 	}
 	if os.Geteuid() != 0 {
@@ -47,7 +53,7 @@ func OrStart(root string, upTimeout time.Duration) (func(), error) {
 	}
 	bin := filepath.Join(root, "bin", "skipper-cluster")
 	if _, err := os.Stat(bin); err != nil {
-		return nil, fmt.Errorf("%s missing: run make build kube first (make e2e does): %w", bin, err)
+		return nil, fmt.Errorf("%s missing: run make build kube containerd crictl image first (make e2e does): %w", bin, err)
 	}
 	cmd := exec.Command(bin, "up")
 	cmd.Dir = root

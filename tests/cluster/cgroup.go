@@ -16,7 +16,9 @@ import (
 // Cgroups is the cluster's cgroup, /<Name> relative to the root of the
 // cgroup2 hierarchy and of each v1 hierarchy of the pod controllers (cpu,
 // cpuacct, memory, pids where the machine binds them to v1): the same
-// relative layout in every hierarchy. Node N's cgroup is /<Name>/node<N>;
+// relative layout in every hierarchy (a node's own cgroup exists in
+// every v1 hierarchy too: Ensure, All). Node N's
+// cgroup is /<Name>/node<N>;
 // its kubelet (cgroupfs driver, cgroupRoot) makes the pods' cgroups under
 // it (kubepods/<qos>/pod<uid>) and runc each container's
 // (.../<container ID>).

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"os"
@@ -214,6 +215,12 @@ func TestClusterUpDown(t *testing.T) {
 	}
 
 	checkProcessCgroups(t, cfg)
+	for _, f := range inotifyFloors {
+		b, err := os.ReadFile(filepath.Join("/proc/sys", f.key))
+		if v, _ := strconv.Atoi(strings.TrimSpace(string(b))); err != nil || v < f.floor {
+			t.Errorf("%s = %q (%v) with the cluster up, want at least %d", f.key, b, err, f.floor)
+		}
+	}
 
 	rc, err := clientcmd.BuildConfigFromFlags("", cfg.State.Kubeconfig())
 	if err != nil {
@@ -457,15 +464,31 @@ func waitFor(t *testing.T, timeout time.Duration, what string, check func() (boo
 // checkProcessCgroups checks that every process of the cluster runs in its
 // machine's cgroup in the cgroup2 hierarchy and in each v1 hierarchy of the
 // pod controllers: the control plane in <cluster>/control-plane, node N's
-// agent and kube-proxy in <cluster>/nodeN/system. None is left in a root
-// cgroup, where its threads would outweigh all the pods.
+// node process, its daemons (containerd, the kubelet) and kube-proxy in
+// <cluster>/nodeN/system. None is left in a root cgroup, where its threads
+// would outweigh all the pods.
 func checkProcessCgroups(t *testing.T, cfg *Config) {
 	t.Helper()
 	live, err := cfg.State.Live()
 	if err != nil {
 		t.Fatal(err)
 	}
+	for name, pid := range maps.Clone(live) {
+		if !strings.HasPrefix(name, nodeProcPrefix) {
+			continue
+		}
+		kids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+		for _, k := range kids {
+			data, _ := os.ReadFile(k)
+			for _, f := range strings.Fields(string(data)) {
+				if kid, err := strconv.Atoi(f); err == nil {
+					live[name+"/"+f] = kid
+				}
+			}
+		}
+	}
 	want := func(name string) string {
+		name, _, _ = strings.Cut(name, "/") // a node process's child
 		for n := 1; n <= cfg.Nodes; n++ {
 			if strings.HasSuffix(name, "-"+NodeName(n)) {
 				return path.Join("/", cfg.CgroupName, NodeName(n), "system")
@@ -538,7 +561,17 @@ func checkClean(t *testing.T, cfg *Config) {
 	if strings.Contains(string(mounts), "skipper") {
 		t.Errorf("mounts left:\n%s", mounts)
 	}
-	if hs, err := linuxhost.Hierarchies(); err == nil {
+	// A node's mounts live in its mount namespace: one left would be
+	// seen by a process still in it.
+	infos, _ := filepath.Glob("/proc/[0-9]*/mountinfo")
+	for _, mi := range infos {
+		if data, err := os.ReadFile(mi); err == nil && strings.Contains(string(data), cfg.State.Dir) {
+			t.Errorf("%s still mounts under the state directory %s", filepath.Dir(mi), cfg.State.Dir)
+		}
+	}
+	// Nodes make their cgroups in every hierarchy, not only the pod
+	// controllers'.
+	if hs, err := linuxhost.AllHierarchies(); err == nil {
 		for _, dir := range linuxhost.Dirs(hs, cfg.CgroupName) {
 			if _, err := os.Stat(dir); err == nil {
 				t.Errorf("cgroup %s left", dir)
@@ -549,7 +582,9 @@ func checkClean(t *testing.T, cfg *Config) {
 	// reparented to the node process): none may outlive the cluster.
 	exes, _ := filepath.Glob("/proc/[0-9]*/exe")
 	for _, e := range exes {
-		if target, err := os.Readlink(e); err == nil && strings.HasPrefix(target, cfg.BinDir+"/") &&
+		target, err := os.Readlink(e)
+		target = strings.TrimSuffix(target, " (deleted)") // a binary rebuilt since it started
+		if err == nil && strings.HasPrefix(target, cfg.BinDir+"/") &&
 			slices.Contains([]string{"containerd", "containerd-shim-runc-v2", "kube"}, filepath.Base(target)) {
 			t.Errorf("process left: %s is %s", filepath.Dir(e), target)
 		}

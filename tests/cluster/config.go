@@ -226,7 +226,7 @@ func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
 	fs := flag.NewFlagSet("skipper-cluster "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&c.RepoDir, "repo", envOr("SKIPPER_REPO", ""), "repository root; relative paths resolve against it (default: working directory) [SKIPPER_REPO]")
-	fs.StringVar(&c.State.Dir, "state-dir", envOr("SKIPPER_STATE_DIR", ".skipper"), "state directory: pki, pid files, logs, env [SKIPPER_STATE_DIR]")
+	fs.StringVar(&c.State.Dir, "state-dir", envOr("SKIPPER_STATE_DIR", ".skipper"), "state directory: pki, pid files, logs, env, nodes/ (each node's containerd, kubelet and CNI state) [SKIPPER_STATE_DIR]")
 	fs.StringVar(&c.BinDir, "bin-dir", envOr("SKIPPER_BIN_DIR", "bin"), "directory with kube's symlinks and the Skipper binaries [SKIPPER_BIN_DIR]")
 	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 2), "number of nodes [SKIPPER_NODES]")
 	c.Apply = []string{"deploy/overlays/local", "deploy/overlays/local-examples"}

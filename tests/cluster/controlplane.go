@@ -93,7 +93,7 @@ func (c *Config) kcmSpec() ProcSpec {
 		"--cluster-signing-cert-file=" + p.Path("ca.crt"),
 		"--cluster-signing-key-file=" + p.Path("ca.key"),
 		"--cluster-cidr=" + c.Topology.PodSupernet.String(),
-		"--allocate-node-cidrs=false", // each node's CNI config and kubelet name its pod CIDR
+		"--allocate-node-cidrs=false", // each node's CNI config (host-local) holds its pod CIDR; no Node has spec.podCIDR
 		"--service-cluster-ip-range=" + c.Topology.ServiceCIDR.String(),
 		"--profiling=false",
 	}}

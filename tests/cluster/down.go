@@ -47,7 +47,7 @@ func (c *Config) sweep(log *slog.Logger) error {
 	if err != nil {
 		errs = append(errs, err)
 	}
-	// Node agents first (their pods die with them), etcd last.
+	// Nodes first (each stops its pods), etcd last.
 	slices.SortStableFunc(names, func(a, b string) int { return stopRank(a) - stopRank(b) })
 	for _, name := range names {
 		if name == UpPidName {
@@ -58,7 +58,7 @@ func (c *Config) sweep(log *slog.Logger) error {
 			continue
 		}
 		log.Info("stopping", "name", name, "pid", pid)
-		killPid(pid, c.StopTimeout)
+		killPid(pid, c.stopGrace(name))
 	}
 
 	nsNames, err := c.Topology.NetnsNames()
@@ -94,6 +94,17 @@ func (c *Config) sweep(log *slog.Logger) error {
 		errs = append(errs, fmt.Errorf("remove state: %w", err))
 	}
 	return errors.Join(errs...)
+}
+
+// stopGrace is how long a child named name gets between SIGTERM and
+// SIGKILL. A node process stops three things in turn, each within
+// StopTimeout (the kubelet, what its pods left, containerd and the shims),
+// so it gets four times that and a little more.
+func (c *Config) stopGrace(name string) time.Duration {
+	if strings.HasPrefix(name, nodeProcPrefix) {
+		return 4*c.StopTimeout + 5*time.Second
+	}
+	return c.StopTimeout
 }
 
 func stopRank(name string) int {

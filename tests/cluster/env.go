@@ -1,8 +1,10 @@
 package cluster
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -55,11 +57,22 @@ func ReadEnv(path string) (map[string]string, error) {
 	return ParseEnv(string(b)), nil
 }
 
+// LayoutDigest identifies the images make image wrote to binDir/image:
+// the SHA-256 of the layout's index.json, which names every image's
+// manifest digest.
+func LayoutDigest(binDir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(binDir, "image", "index.json"))
+	if err != nil {
+		return "", fmt.Errorf("image layout (make image): %w", err)
+	}
+	return fmt.Sprintf("sha256:%x", sha256.Sum256(b)), nil
+}
+
 // ImageFromEnv is the Skipper image a running cluster's nodes pull:
-// SKIPPER_IMAGE of its env file, or the image in the default topology's
+// SKIPPER_CLUSTER_IMAGE of its env file, or the image in the default topology's
 // registry when an older env lacks it.
 func ImageFromEnv(env map[string]string) string {
-	if img := env["SKIPPER_IMAGE"]; img != "" {
+	if img := env["SKIPPER_CLUSTER_IMAGE"]; img != "" {
 		return img
 	}
 	c := Config{Topology: DefaultTopology()}

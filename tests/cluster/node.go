@@ -13,8 +13,9 @@ import (
 	"strings"
 )
 
-// A node runs a real kubelet and containerd (see NodeSpec). What each needs and neither defaults to is set here, once, as
-// pure functions of the node: the files are written by Up and the node
+// A node runs a real kubelet and containerd (see NodeSpec). What each
+// needs and neither defaults to is set here, once, as pure functions of
+// the node: the files are written by Up and the node
 // process (RunNode) only mounts them and starts the daemons.
 
 // Paths on the machine the node's daemons use.
@@ -54,10 +55,54 @@ var nodeMountPoints = []struct{ name, target string }{
 // owner's choice, not ours).
 var kernelTunables = map[string]string{
 	"vm/overcommit_memory":      "1",
+	"vm/panic_on_oom":           "0",
 	"kernel/panic":              "10",
 	"kernel/panic_on_oops":      "1",
 	"kernel/keys/root_maxkeys":  "1000000",
 	"kernel/keys/root_maxbytes": "25000000",
+}
+
+// inotifyFloors are the machine's inotify limits the nodes need, raised
+// to these values if lower and never lowered (kind asks the same of its
+// hosts). They are per user of the machine, not per namespace: every
+// node's kubelet (its cAdvisor watches each container's cgroups) and
+// containerd, and CoreDNS's reload, run as root and share them; the
+// default of 128 instances runs out at a few dozen pods. Open files need
+// nothing: Go raises a process's soft limit to its hard limit at start,
+// and this VM's hard limit (20000 for root) cannot be raised (no
+// CAP_SYS_RESOURCE), which is also why the kubelet logs that it failed to
+// raise it.
+var inotifyFloors = []struct {
+	key   string
+	floor int
+}{
+	{"fs/inotify/max_user_instances", 512},
+	{"fs/inotify/max_user_watches", 524288},
+}
+
+// raiseInotify raises each of inotifyFloors that is lower; it reports
+// what it changed.
+func raiseInotify() ([]string, error) {
+	var changed []string
+	for _, f := range inotifyFloors {
+		path := filepath.Join("/proc/sys", f.key)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return changed, fmt.Errorf("read %s: %w", f.key, err)
+		}
+		cur, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err != nil {
+			return changed, fmt.Errorf("%s = %q: %w", f.key, b, err)
+		}
+		if cur >= f.floor {
+			continue
+		}
+		if err := os.WriteFile(path, []byte(strconv.Itoa(f.floor)), 0o644); err != nil {
+			return changed, fmt.Errorf("raise %s from %d to %d: %w", f.key, cur, f.floor, err)
+		}
+		changed = append(changed, fmt.Sprintf("%s %d -> %d", strings.ReplaceAll(f.key, "/", "."), cur, f.floor))
+	}
+	return changed, nil
 }
 
 // NodeMount is one mount the node process makes in its mount namespace.
@@ -93,7 +138,12 @@ type NodeSpec struct {
 	// the node's pods: every process left in them is killed once the
 	// kubelet has stopped.
 	PodCgroups []string `json:"podCgroups"`
-	LogDir     string   `json:"logDir"`
+	// V1Cgroups are the node process's own v1 cgroups (its node's system
+	// leaf), joined before any daemon starts: the cluster moves the
+	// process there only after it has started, so a daemon started first
+	// would stay in the machine's root cgroups.
+	V1Cgroups []string `json:"v1Cgroups,omitempty"`
+	LogDir    string   `json:"logDir"`
 	// StopTimeout is each daemon's grace between SIGTERM and SIGKILL.
 	StopTimeout Duration `json:"stopTimeout"`
 }

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"skipper.dev/skipper/tests/linuxhost"
 )
 
 // nodeProcPrefix names each node process ("skipper-node-node1").
@@ -50,6 +52,9 @@ func RunNode(ctx context.Context, specPath string, log *slog.Logger) error {
 		return fmt.Errorf("node spec %s: stopTimeout: %w", specPath, err)
 	}
 	log = log.With("node", spec.Name)
+	if err := linuxhost.Enter(os.Getpid(), spec.V1Cgroups); err != nil {
+		return err
+	}
 	if err := setupNodeMounts(spec.Mounts); err != nil {
 		return err
 	}
@@ -191,7 +196,10 @@ func startNodeDaemon(r *reaper, d NodeDaemon, logPath string) (*nodeChild, error
 	cmd := exec.Command(d.Path, d.Args...)
 	cmd.Env = d.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// A process group of its own: the cluster signals the node process's
+	// group on stop (Proc.stop), and the node process, not that signal,
+	// orders the daemons' stops (the kubelet, its pods, then containerd).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	c := &nodeChild{name: d.Name, logPath: logPath, done: make(chan struct{})}
 	// The reaper must know the pid before it can be reaped.
 	r.mu.Lock()

@@ -35,7 +35,9 @@ type cluster struct {
 	log     *slog.Logger
 	proxies []*Proc // kube-proxy of node 1, 2, ...
 	cg      Cgroups
-	died    chan *Proc // children that exited (watch)
+	// layoutDigest is LayoutDigest of the images the registry serves.
+	layoutDigest string
+	died         chan *Proc // children that exited (watch)
 
 	mu    sync.Mutex
 	procs []*Proc // in start order; a restarted component takes its old slot
@@ -133,6 +135,9 @@ func (c *Config) preflight() error {
 		{filepath.Join(c.BinDir, "image", "index.json"), "run 'make image'"},
 		{runcPath, "run 'make deps' (Debian's runc)"},
 		{filepath.Join(cniBinDir, "bridge"), "run 'make deps' (Debian's containernetworking-plugins)"},
+		{filepath.Join(cniBinDir, "host-local"), "run 'make deps' (Debian's containernetworking-plugins)"},
+		{filepath.Join(cniBinDir, "loopback"), "run 'make deps' (Debian's containernetworking-plugins)"},
+		{filepath.Join(cniBinDir, "portmap"), "run 'make deps' (Debian's containernetworking-plugins)"},
 	} {
 		if _, err := os.Stat(f.path); err != nil {
 			errs = append(errs, fmt.Errorf("%s missing: %s", f.path, f.fix))
@@ -245,6 +250,13 @@ func (c *cluster) start(ctx context.Context) error {
 	if err := c.startRegistry(ctx); err != nil {
 		return err
 	}
+	changed, err := raiseInotify()
+	if err != nil {
+		return err
+	}
+	if len(changed) > 0 {
+		log.Info("raised the machine's inotify limits for the nodes", "changed", strings.Join(changed, ", "))
+	}
 	for n := 1; n <= cfg.Nodes; n++ {
 		spec, err := cfg.writeNode(n, c.cg)
 		if err != nil {
@@ -266,17 +278,23 @@ func (c *cluster) start(ctx context.Context) error {
 
 // startRegistry serves make image's images (bin/image) from a registry on
 // the bridge's address, where every node's containerd pulls them, and
-// waits until the sandbox image is there.
+// waits until the last of them is there.
 func (c *cluster) startRegistry(ctx context.Context) error {
 	cfg := c.cfg
 	spec := ProcSpec{Name: "skipper-registry", Path: filepath.Join(cfg.BinDir, "skipper-image"), Args: []string{
 		"serve", "--addr=" + cfg.Registry(), "--layout=" + filepath.Join(cfg.BinDir, "image"),
 	}}
+	digest, err := LayoutDigest(cfg.BinDir)
+	if err != nil {
+		return err
+	}
 	p, err := c.spawn(c.cg.Place(spec, c.cg.ControlPlaneRel()))
 	if err != nil {
 		return err
 	}
-	url := "http://" + cfg.Registry() + "/v2/skipper-dev/pause/manifests/dev"
+	c.layoutDigest = digest
+	// The last image the registry pushes into itself (make image's order).
+	url := "http://" + cfg.Registry() + "/v2/skipper-dev/testpod/manifests/dev"
 	if err := waitHTTP(ctx, &http.Client{Timeout: 3 * time.Second}, url, p, cfg.StartTimeout); err != nil {
 		return err
 	}
@@ -289,6 +307,11 @@ func (c *cluster) startRegistry(ctx context.Context) error {
 // network namespace and system cgroup, in a mount namespace of its own.
 func (c *Config) writeNode(n int, cg Cgroups) (ProcSpec, error) {
 	spec, files := c.nodeSpec(n, cg)
+	p := cg.Place(ProcSpec{
+		Name: nodeProcPrefix + NodeName(n), Path: filepath.Join(c.BinDir, "skipper-cluster"),
+		Netns: c.Topology.Netns(n), NewMountNS: true,
+	}, cg.SystemRel(n))
+	spec.V1Cgroups = p.V1Cgroups
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return ProcSpec{}, err
@@ -306,11 +329,8 @@ func (c *Config) writeNode(n int, cg Cgroups) (ProcSpec, error) {
 	if err := os.MkdirAll(filepath.Join(c.State.PodLogDir(), NodeName(n)), 0o755); err != nil {
 		return ProcSpec{}, fmt.Errorf("node %d: %w", n, err)
 	}
-	p := ProcSpec{
-		Name: nodeProcPrefix + NodeName(n), Path: filepath.Join(c.BinDir, "skipper-cluster"),
-		Args: []string{"node", "--spec", specPath}, Netns: c.Topology.Netns(n), NewMountNS: true,
-	}
-	return cg.Place(p, cg.SystemRel(n)), nil
+	p.Args = []string{"node", "--spec", specPath}
+	return p, nil
 }
 
 func (c *cluster) spawn(spec ProcSpec) (*Proc, error) {
@@ -420,8 +440,10 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 		// The registry the nodes pull from and the image make image built,
 		// as the local overlay names it.
 		{"SKIPPER_REGISTRY", cfg.Registry()},
-		{"SKIPPER_IMAGE", cfg.LocalImage("skipper-dev/skipper", "dev")},
-		{"SKIPPER_TESTPOD_IMAGE", cfg.LocalImage("skipper-dev/testpod", "dev")},
+		{"SKIPPER_CLUSTER_IMAGE", cfg.LocalImage("skipper-dev/skipper", "dev")},
+		{"SKIPPER_CLUSTER_TESTPOD_IMAGE", cfg.LocalImage("skipper-dev/testpod", "dev")},
+		// What the registry serves (it reads bin/image once, at start).
+		{"SKIPPER_CLUSTER_LAYOUT_DIGEST", c.layoutDigest},
 	}, nil
 }
 
@@ -601,7 +623,7 @@ func (c *cluster) teardown() error {
 	var wg sync.WaitGroup
 	for _, p := range procs {
 		if stopRank(p.Name) == 0 {
-			wg.Go(func() { p.stop(c.cfg.StopTimeout) })
+			wg.Go(func() { p.stop(c.cfg.stopGrace(p.Name)) })
 		}
 	}
 	wg.Wait()

@@ -18,12 +18,14 @@
 //   - kubernetes: the point: answers cluster.local from the API server's
 //     Services and EndpointSlices (A, AAAA, SRV, PTR for in-addr.arpa and
 //     ip6.arpa), pod names with `pods insecure`.
-//   - forward: every other name to the node's resolv.conf; kept even where
-//     that upstream is unreachable (queries outside the cluster fail,
-//     cluster names do not).
+//   - forward: every other name to an upstream, as a cluster's Corefile
+//     has it. Linked, but the local cluster's Corefile (tests/cluster/dns)
+//     leaves it out: test traffic stays inside the cluster's namespaces,
+//     so a name outside cluster.local fails.
 //   - cache: answers reused for their TTL (at most 30s in the Corefile).
 //   - loop: stops CoreDNS when forward would send its queries back to
-//     itself (a node whose resolv.conf names the cluster DNS).
+//     itself (a node whose resolv.conf names the cluster DNS); goes with
+//     forward.
 //   - errors: failed queries on stderr; log: a line per query, when a
 //     Corefile adds it to debug.
 //   - health (:8080/health) and ready (:8181/ready): the Deployment's

@@ -22,8 +22,8 @@ var env struct {
 	kubeconfig    string
 	routerURL     string
 	routerMetrics string
-	image         string // the Skipper image the nodes pull (SKIPPER_IMAGE)
-	testPodImage  string // the e2e tests' pod image (SKIPPER_TESTPOD_IMAGE)
+	image         string // the Skipper image the nodes pull (SKIPPER_CLUSTER_IMAGE)
+	testPodImage  string // the e2e tests' pod image (SKIPPER_CLUSTER_TESTPOD_IMAGE)
 	kube          kubernetes.Interface
 	dyn           dynamic.Interface
 }
@@ -60,7 +60,7 @@ func loadEnv(path string) error {
 	if err != nil {
 		return fmt.Errorf("read cluster env: %w", err)
 	}
-	for _, k := range []string{"KUBECONFIG", "ROUTER_URL", "ROUTER_METRICS_URL", "CONTROLLER_METRICS_URLS"} {
+	for _, k := range []string{"KUBECONFIG", "ROUTER_URL", "ROUTER_METRICS_URL", "CONTROLLER_METRICS_URLS", "SKIPPER_CLUSTER_TESTPOD_IMAGE"} {
 		if e[k] == "" {
 			return fmt.Errorf("%s: %s is not set", path, k)
 		}
@@ -69,7 +69,7 @@ func loadEnv(path string) error {
 	env.routerURL = e["ROUTER_URL"]
 	env.routerMetrics = e["ROUTER_METRICS_URL"]
 	env.image = cluster.ImageFromEnv(e)
-	env.testPodImage = e["SKIPPER_TESTPOD_IMAGE"]
+	env.testPodImage = e["SKIPPER_CLUSTER_TESTPOD_IMAGE"]
 	cfg, err := clientcmd.BuildConfigFromFlags("", e["KUBECONFIG"])
 	if err != nil {
 		return fmt.Errorf("kubeconfig: %w", err)

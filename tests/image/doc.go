@@ -57,6 +57,6 @@
 // A binary that starts calling out to public HTTPS endpoints would need CA
 // certificates added as a layer. The CoreDNS image, with only the plugins
 // tests/coredns links, needs none of it either: it reaches the API server
-// with in-cluster configuration and forwards over plain DNS to the servers
-// of /etc/resolv.conf, which the kubelet mounts into every container.
+// with in-cluster configuration, and its forward plugin (unused by the
+// local cluster's Corefile) speaks plain DNS.
 package image

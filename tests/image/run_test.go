@@ -65,7 +65,7 @@ func TestHelpGolden(t *testing.T) {
 
 func TestParseConfig(t *testing.T) {
 	for _, k := range []string{"SKIPPER_IMAGE_BIN", "SKIPPER_IMAGE_LAYOUT", "SKIPPER_IMAGE", "SKIPPER_PAUSE_IMAGE",
-		"SKIPPER_COREDNS_IMAGE", "SOURCE_DATE_EPOCH", "SKIPPER_REGISTRY_ADDR", "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"} {
+		"SKIPPER_COREDNS_IMAGE", "SKIPPER_TESTPOD_IMAGE", "SOURCE_DATE_EPOCH", "SKIPPER_REGISTRY_ADDR", "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"} {
 		t.Setenv(k, "") // ignore the caller's environment; empty means unset
 	}
 	t.Run("build defaults", func(t *testing.T) {

@@ -3,10 +3,10 @@
 // skipper-controller replicas it runs, found through their EndpointSlices
 // as in production) and to the cluster's pool of skipper-echo instances.
 // The tests attach to a running cluster through .skipper/env or start one
-// (tests/attach); they need root and the binaries `make build kube` puts in
-// bin/, and run under the machine's cluster flock:
+// (tests/attach); they need root and what `make build kube containerd
+// crictl image` puts in bin/, and run under the machine's cluster flock:
 //
-//	flock /tmp/skipper-cluster.flock bash -c 'make build kube && timeout 900 go test -p 1 -count=1 ./tests/integration/; make down'
+//	flock /tmp/skipper-cluster.flock bash -c 'make build kube containerd crictl image && timeout 900 go test -p 1 -count=1 ./tests/integration/; make down'
 //
 // Each test creates its own Functions on the example pool default/echo and
 // deletes them afterwards.

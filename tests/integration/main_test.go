@@ -32,7 +32,7 @@ var env struct {
 	dyn       dynamic.Interface
 	routerURL string // the in-process router's data plane
 	metrics   string // its /metrics
-	image     string // the Skipper image the nodes pull (SKIPPER_IMAGE)
+	image     string // the Skipper image the nodes pull (SKIPPER_CLUSTER_IMAGE)
 }
 
 func TestMain(m *testing.M) {

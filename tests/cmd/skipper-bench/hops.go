@@ -60,7 +60,7 @@ func runHops(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		fmt.Fprintln(stderr, "usage: skipper-bench hops [flags]\n\n"+
 			"Times coldstart's hops as bare TCP round trips between idle processes that do no work, each in the network\n"+
 			"namespace of the part it stands for (node 1's router, each controller pod in turn, a warm pool pod):\n"+
-			"the floor of coldstart's first/second ratio on this machine. Needs root (ip netns exec).")
+			"the floor of coldstart's first/second ratio on this machine. Needs root (nsenter).")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {

@@ -49,8 +49,8 @@ func runPodStart(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return fmt.Errorf("pool %s/%s: %w", *ns, *pool, err)
 	}
 	tmpl := d.Spec.Template.DeepCopy()
-	prefix := fmt.Sprintf("podstart-%d-", time.Now().Unix()%100000)
-	labels := map[string]string{"skipper.dev/bench": prefix}
+	run := fmt.Sprintf("podstart-%d", time.Now().Unix()%100000)
+	labels := map[string]string{"skipper.dev/bench": run}
 	var (
 		mu    sync.Mutex
 		times []time.Duration
@@ -63,12 +63,11 @@ func runPodStart(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		wg.Go(func() {
 			defer func() { <-sem }()
 			p := &corev1.Pod{
-				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", prefix, i), Namespace: *ns, Labels: labels},
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", run, i), Namespace: *ns, Labels: labels},
 				Spec:       *tmpl.Spec.DeepCopy(),
 			}
 			p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(1))
-			took, err := startPod(ctx, cs, p, *timeout)
-			_ = cs.CoreV1().Pods(*ns).Delete(context.WithoutCancel(ctx), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+			took, err := startPod(ctx, cs, p, *timeout, *parallel == 1)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -78,7 +77,7 @@ func runPodStart(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			times = append(times, took)
 		})
 		if *parallel == 1 {
-			wg.Wait() // the next pod after the previous one is gone from the node's work
+			wg.Wait() // the next pod after the previous one is gone
 		}
 	}
 	wg.Wait()
@@ -91,8 +90,9 @@ func runPodStart(ctx context.Context, args []string, stdout, stderr io.Writer) e
 }
 
 // startPod creates p and returns the time from the create call to the
-// first watch event showing it Ready.
-func startPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, timeout time.Duration) (time.Duration, error) {
+// first watch event showing it Ready. It deletes p before it returns and,
+// if waitGone, waits for the deletion (within timeout).
+func startPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, timeout time.Duration, waitGone bool) (time.Duration, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	api := cs.CoreV1().Pods(p.Namespace)
@@ -105,6 +105,19 @@ func startPod(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, timeo
 	if _, err := api.Create(ctx, p, metav1.CreateOptions{}); err != nil {
 		return 0, fmt.Errorf("create pod %s: %w", p.Name, err)
 	}
+	defer func() {
+		_ = api.Delete(context.WithoutCancel(ctx), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
+		for waitGone {
+			select {
+			case <-ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok || ev.Type == watch.Deleted {
+					return
+				}
+			}
+		}
+	}()
 	for {
 		select {
 		case <-ctx.Done():

@@ -46,7 +46,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("no command: want write, sidecar, exists, gather or resolve")
+		return errors.New("no command: want write, sidecar, exists, gather, resolve or serve")
 	}
 	cmd, args := args[0], args[1:]
 	switch {
