@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/tests/cluster"
@@ -87,10 +88,44 @@ func stopAPIServer(t *testing.T) (start func()) {
 				return
 			}
 			t.Logf("kube-apiserver down for %s", time.Since(stopped).Round(time.Millisecond))
+			waitRecovered(t)
 		})
 	}
 	t.Cleanup(start)
 	return start
+}
+
+// waitRecovered waits until the cluster has recovered from an API server
+// outage as far as the next test needs: a Function created now is
+// callable. The controllers reach the API server through the kubernetes
+// Service, whose endpoint the stopping API server withdrew and kube-proxy
+// must restore; their watches come back only after client-go's backoff.
+// Later tests give a new Function seconds, not that.
+func waitRecovered(t *testing.T) {
+	t.Helper()
+	name := fmt.Sprintf("e2e-recovered-%d", time.Now().UnixNano()%100000)
+	fns := env.dyn.Resource(v1alpha1.Resource).Namespace("default")
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "Function",
+		"metadata": map[string]any{"name": name, "namespace": "default"},
+		"spec":     map[string]any{"pool": "echo", "maxInstances": int64(1)},
+	}}
+	began := time.Now()
+	eventually(t, 2*time.Minute, "a Function created after the outage callable", func(ctx context.Context) error {
+		if _, err := fns.Get(ctx, name, metav1.GetOptions{}); err != nil {
+			if _, err := fns.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+				return fmt.Errorf("create Function %s: %w", name, err)
+			}
+		}
+		_, err := callPod(t, &http.Client{Timeout: 10 * time.Second}, "default/"+name, "")
+		return err
+	})
+	t.Logf("a new Function callable %s after the API server was back", time.Since(began).Round(100*time.Millisecond))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := fns.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Errorf("delete Function %s: %v", name, err)
+	}
 }
 
 // TestColdStartWhileAPIServerDown (issue 15): the instance decides a claim
