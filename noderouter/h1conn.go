@@ -80,12 +80,16 @@ type h1conn struct {
 	// Set when an event loop hands the connection over (loophandoff.go):
 	// prefix holds bytes it read from nc, read first; continued, it served
 	// requests on nc before (no h2c preface to look for); resume, an
-	// exchange it started, finished first; prior, its failed send of the
-	// first request.
+	// exchange it started, finished first; prior, the first request's
+	// lease, which the loop admitted and sent once, and whose send failed
+	// before any response.
 	prefix    []byte
 	continued bool
 	resume    *resumed
-	prior     *priorSend // the first request's failed send, made by the loop
+	prior     *lease
+
+	// ls is the lease of the request being served.
+	ls lease
 }
 
 func newH1conn(s *h1Server, nc net.Conn) *h1conn {
@@ -188,7 +192,7 @@ func (c *h1conn) serve() {
 			return
 		}
 		c.startRequest()
-		c.p.serve(c)
+		c.p.serve(c, &c.ls)
 		c.endRequest()
 		if c.flushLater {
 			// After the core gave the instance back (see relay).
@@ -317,11 +321,11 @@ func (c *h1conn) method() string           { return string(c.req.Method()) }
 func (c *h1conn) idempotencyKey() bool     { _, ok := c.req.Get(HeaderIdempotencyKey); return ok }
 func (c *h1conn) bodyStarted() bool        { return c.sent }
 
-// failedBefore hands the loop's failed send to the first request only.
-func (c *h1conn) failedBefore() *priorSend {
-	ps := c.prior
+// handed hands the loop's lease to the first request only.
+func (c *h1conn) handed() *lease {
+	l := c.prior
 	c.prior = nil
-	return ps
+	return l
 }
 func (c *h1conn) gone() bool { return c.left.Load() }
 

@@ -19,33 +19,29 @@ import (
 // errUpgradeRefused is a 101 to a request that asked for no upgrade.
 var errUpgradeRefused = errors.New("instance switched protocols without an Upgrade request")
 
-// send forwards the request once to in on a pooled connection and relays
-// the answer: head, body (streamed, each read flushed), trailers.
-func (c *h1conn) send(in *route.Instance, deadline time.Time) result {
+// send forwards the request once to in, on a pooled connection or a new
+// one (fresh), and relays the answer: head, body (streamed, each read
+// flushed), trailers.
+func (c *h1conn) send(in *route.Instance, deadline time.Time, fresh bool) result {
 	c.stopWatch()
 	if c.left.Load() {
 		return result{err: context.Canceled}
 	}
-	up, err := c.upstream(in.Address, deadline)
+	var up *upConn
+	var err error
+	if fresh {
+		up, err = c.dial(in.Address, deadline)
+	} else {
+		up, err = c.upstream(in.Address, deadline)
+	}
 	if err != nil {
 		return result{err: err}
 	}
 	c.up.Store(up)
 	defer c.up.Store(nil)
-	err = c.exchange(up)
-	if err != nil && up.reused && !c.sent && retryFresh(err) {
-		// The instance closed the idle connection as it was reused: send
-		// again once on a new one, as net/http's transport does.
+	if err := c.exchange(up); err != nil {
 		_ = up.Close()
-		if up, err = c.dial(in.Address, deadline); err != nil {
-			return result{err: err}
-		}
-		c.up.Store(up)
-		err = c.exchange(up)
-	}
-	if err != nil {
-		_ = up.Close()
-		return result{err: err}
+		return result{err: err, reused: up.reused}
 	}
 	return c.relay(up)
 }

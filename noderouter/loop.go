@@ -383,12 +383,12 @@ func (l *evloop) sweep(now time.Time) time.Time {
 		case c.up && c.connecting:
 			soon(c.dialBy)
 		case c.up:
-		case c.x.busy && !c.x.deadline.IsZero() && !now.Before(c.x.deadline):
+		case c.x.busy && !c.x.ls.deadline.IsZero() && !now.Before(c.x.ls.deadline):
 			l.abort(c, errRequestTimeout)
 		case c.x.busy && !c.x.leftAt.IsZero() && now.Sub(c.x.leftAt) >= watchAfter:
 			l.abort(c, errCallerLeft)
 		case c.x.busy:
-			soon(c.x.deadline)
+			soon(c.x.ls.deadline)
 			if !c.x.leftAt.IsZero() {
 				soon(c.x.leftAt.Add(watchAfter))
 			}

@@ -93,9 +93,8 @@ func (l *evloop) close(c *lconn) {
 		l.close(p)
 	}
 	if !c.up && c.x.busy {
-		x := c.x
-		l.endSlot(c)
-		l.p.count(x.e, upstreamAnswer(context.Canceled), x.ref)
+		c.x.busy = false
+		c.x.ls.done(outcome{ans: upstreamAnswer(context.Canceled)})
 	}
 }
 

@@ -4,32 +4,21 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"math/rand/v2"
 	"time"
 
 	"skipper.dev/skipper/noderouter/h1"
-	"skipper.dev/skipper/noderouter/route"
 )
 
 // lexchange is the request an event loop's caller connection waits on
-// (busy), from its head to its answer: parse → pick → forward → finish,
-// as proxy.serve, for the warm case only (see evloop).
+// (busy), from its head to its answer.
 type lexchange struct {
-	busy      bool
-	hlen      int // the head's bytes at the front of the caller's in
+	busy      bool // ls holds an admitted request
+	hlen      int  // the head's bytes at the front of the caller's in
 	head      bool
 	minor     byte
-	counted   bool // in proxy.inFlight (--max-in-flight)
-	ref       route.Ref
-	e         *route.Entry
-	in        *route.Instance // its slot held while busy
-	start     time.Time       // the head was read
-	sent      time.Time       // the request went out
-	deadline  time.Time       // zero: none
 	keepAlive bool
-	fresh     bool      // sent again on a new connection (failed)
 	leftAt    time.Time // the caller shut its side down (zero: not)
-	account   string    // X-Skipper-Caller ("": not sent)
+	ls        lease
 }
 
 // headEnd is the length of the message head at the front of b: through
@@ -59,10 +48,9 @@ const (
 	handoverSplit   = "split"
 	handoverRetry   = "retry"
 	handoverAnswer  = "answer"
-	handoverCaller  = "caller"
 )
 
-var handoverReasons = []string{handoverRequest, handoverCold, handoverBusy, handoverSplit, handoverRetry, handoverAnswer, handoverCaller}
+var handoverReasons = []string{handoverRequest, handoverCold, handoverBusy, handoverSplit, handoverRetry, handoverAnswer}
 
 // fromCaller reads and serves c's requests, one at a time, until one
 // waits on an instance, nothing more is there, or c is handed over.
@@ -73,7 +61,7 @@ func (l *evloop) fromCaller(c *lconn) {
 			return
 		}
 		if c.served == 0 && c.n > 0 && h1.IsH2Preface(c.in[:min(c.n, h1.H2PrefaceLen)]) {
-			l.handOver(c, handoverRequest) // h2c: net/http's, through the goroutine path
+			l.handOver(c, handoverRequest, nil) // h2c: net/http's, through the goroutine path
 			return
 		}
 		if end := headEnd(c.in[:c.n]); end >= 0 {
@@ -81,7 +69,7 @@ func (l *evloop) fromCaller(c *lconn) {
 			continue
 		}
 		if c.n == len(c.in) {
-			l.handOver(c, handoverRequest) // a head larger than the loop's buffer
+			l.handOver(c, handoverRequest, nil) // a head larger than the loop's buffer
 			return
 		}
 		switch l.fill(c) {
@@ -95,7 +83,7 @@ func (l *evloop) fromCaller(c *lconn) {
 		case c.n > 0:
 			// A head cut across reads: the goroutine path waits for the
 			// rest (within the header timeout) and serves the request.
-			l.handOver(c, handoverSplit)
+			l.handOver(c, handoverSplit, nil)
 		case c.rdhup:
 			l.close(c) // the caller is done sending and all it sent is answered
 		}
@@ -111,8 +99,9 @@ func loopable(r *h1.Request) bool {
 		r.Upgrade() == nil && !r.ExpectContinue()
 }
 
-// begin serves the request whose head is c.in[:hlen] if it is warm, and
-// hands c over otherwise.
+// begin serves the request whose head is c.in[:hlen] if it is warm: the
+// pipeline admits it without waiting, or answers it; it hands c over
+// otherwise.
 func (l *evloop) begin(c *lconn, hlen int) {
 	p := l.p
 	start := time.Now()
@@ -120,65 +109,33 @@ func (l *evloop) begin(c *lconn, hlen int) {
 	l.rd.Reset(c.in[:hlen])
 	l.br.Reset(&l.rd)
 	if err := r.Read(l.br, p.maxHeaderBytes); err != nil || l.br.Buffered() > 0 || !loopable(r) {
-		l.handOver(c, handoverRequest) // refused or served there, as it always was
+		l.handOver(c, handoverRequest, nil) // refused or served there, as it always was
 		return
 	}
-	fh := ""
+	q := request{from: c.ip, start: start, idempotent: true}
 	if v, ok := r.Get(HeaderFunction); ok {
-		fh = string(v)
+		q.fh = string(v)
 	}
-	host := ""
-	if fh == "" {
-		host = string(r.Host()) // the name's other place, and a string only then
+	if q.fh == "" {
+		q.host = string(r.Host()) // the name's other place, and a string only then
 	}
-	ref, err := p.parseName(fh, host)
-	if err != nil {
-		l.handOver(c, handoverRequest)
-		return
-	}
-	e, a := p.cache.Lookup(ref)
-	if a == nil || a.Config.Oneshot || len(a.Instances) == 0 {
-		l.handOver(c, handoverCold) // cold, or oneshot: GetInstance
-		return
-	}
-	account := ""
-	if pol := a.Config.Callers; pol != nil {
-		id, ok := p.identify(c.ip)
-		if !ok || !pol.Allows(id) {
-			l.handOver(c, handoverCaller) // refused there, with its answer and count
-			return
-		}
-		account = id.Account
-	}
-	counted := p.maxInFlight > 0
-	if counted && p.inFlight.Add(1) > p.maxInFlight {
-		p.inFlight.Add(-1)
-		l.handOver(c, handoverBusy) // answered there
-		return
-	}
-	in := a.Acquire(rand.Uint64(), a.Config.ConcurrencyLimit, nil)
-	if in == nil {
-		if counted {
-			p.inFlight.Add(-1)
-		}
-		l.handOver(c, handoverBusy) // queued there
-		return
-	}
-	p.m.cacheHit.Inc()
-	e.InFlight.Add(1)
-	in.Requests.Add(1)
-	timeout := p.requestTimeout
-	if a.Config.Timeout > 0 {
-		timeout = a.Config.Timeout
-	}
-	c.x = lexchange{busy: true, hlen: hlen, head: r.IsHEAD(), minor: r.Minor(), counted: counted,
-		ref: ref, e: e, in: in, start: start, keepAlive: r.KeepAlive(), account: account}
-	if timeout > 0 {
-		c.x.deadline = start.Add(timeout)
-		l.sweepBy(c.x.deadline) // a short function timeout is kept to the millisecond
-	}
-	if !c.x.keepAlive {
+	x := &c.x
+	x.hlen, x.head, x.minor, x.keepAlive, x.leftAt = hlen, r.IsHEAD(), r.Minor(), r.KeepAlive(), time.Time{}
+	if !x.keepAlive {
 		c.closeAfter = true
+	}
+	v := p.admit(&x.ls, q, nil)
+	switch {
+	case v.wait != "":
+		l.handOver(c, v.wait, nil) // it waits there
+		return
+	case v.lease == nil:
+		l.reply(c, v.ans, v.fn)
+		return
+	}
+	x.busy = true
+	if !x.ls.deadline.IsZero() {
+		l.sweepBy(x.ls.deadline) // a short function timeout is kept to the millisecond
 	}
 	l.send(c, start, false)
 }
@@ -186,7 +143,8 @@ func (l *evloop) begin(c *lconn, hlen int) {
 // send writes c's request, parsed in l.req, to its instance: on the
 // connection used last, or on a new one when fresh.
 func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
-	addr := c.x.in.Address
+	ls := &c.x.ls
+	addr := ls.in.Address
 	var up *lconn
 	var err error
 	if fresh {
@@ -198,7 +156,10 @@ func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
 		l.failed(c, err, false)
 		return
 	}
-	l.scratch, l.fields = forwardFields(&l.req, c.forIP, c.forwardedFor, c.x.account, l.scratch, l.fields)
+	if !fresh {
+		ls.sends++
+	}
+	l.scratch, l.fields = forwardFields(&l.req, c.forIP, c.forwardedFor, ls.account, l.scratch, l.fields)
 	l.fdw.c = up
 	err = h1.WriteRequest(l.bw, &l.req, l.fields)
 	if err == nil {
@@ -211,34 +172,34 @@ func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
 		return
 	}
 	c.peer, up.peer = up, c
-	c.x.sent = now
+	ls.sent = now
 	up.ready = false // the answer cannot be there yet: wait for its edge
 }
 
 // failed handles a send of c's request that failed before any response,
-// as h1conn.send and the forward loop do: a kept-alive connection the
-// instance closed as it was reused is replaced by a new one once; a
-// failed connect evicts the instance; then the goroutine path sends the
-// request again (elsewhere, after the backoff) if --max-attempts allows,
-// and the loop answers otherwise. A GET or HEAD may always be sent again.
+// as the pipeline's next decides for every transport: sent again at once
+// on a new connection (a kept-alive one the instance had closed), or
+// handed with its lease to the goroutine path, which sends it elsewhere
+// after the backoff, or answered here.
 func (l *evloop) failed(c *lconn, err error, reused bool) {
-	if reused && !c.x.fresh && retryFresh(err) {
-		c.x.fresh = true
+	ls := &c.x.ls
+	switch ls.failedSend(err, false, reused, false) {
+	case moveFresh:
 		l.rd.Reset(c.in[:c.x.hlen])
 		l.br.Reset(&l.rd)
-		if l.req.Read(l.br, l.p.maxHeaderBytes) == nil {
+		if l.req.Read(l.br, l.p.maxHeaderBytes) == nil { // it was read before: it cannot fail
 			l.send(c, time.Now(), true)
 			return
 		}
-	}
-	l.evict(c, err)
-	if l.p.maxAttempts <= 1 || !retryable(classify(err, false), true, false) {
 		l.fail(c, err)
-		return
+	case moveElsewhere:
+		handed := new(lease)
+		*handed = *ls
+		c.x.busy = false
+		l.handOver(c, handoverRetry, handed)
+	default:
+		l.fail(c, err)
 	}
-	x := c.x
-	l.endSlot(c)
-	l.handOver(c, handoverRetry, &priorSend{in: x.in, err: err, start: x.start})
 }
 
 // fromInstance reads the answer to the request up carries and relays it
@@ -343,11 +304,11 @@ func (l *evloop) answer(c *lconn, up *lconn, hlen int) bool {
 	}
 	// The slot goes back before the answer goes out, so that the
 	// caller's next request never finds it taken.
-	x := c.x
-	l.endSlot(c)
-	p := l.p
-	p.m.loopServed.Inc()
-	p.served(forwarded{e: x.e, instance: x.in, res: result{status: status}, upstream: now.Sub(x.sent)}, x.start, now, 0)
+	ls := &c.x.ls
+	c.x.busy = false
+	ls.upstream += now.Sub(ls.sent)
+	ls.done(outcome{status: status, end: now})
+	l.p.m.loopServed.Inc()
 	l.flushNext(c)
 	return true
 }
@@ -367,20 +328,6 @@ func (l *evloop) flushNext(c *lconn) {
 	l.fromCaller(c)
 }
 
-// endSlot gives back what begin took for c's exchange.
-func (l *evloop) endSlot(c *lconn) {
-	x := &c.x
-	if !x.busy {
-		return
-	}
-	x.busy = false
-	l.p.release(x.ref, x.e, x.in, false)
-	x.e.InFlight.Add(-1)
-	if x.counted {
-		l.p.inFlight.Add(-1)
-	}
-}
-
 // fail ends c's exchange with the router's own answer for err (none when
 // the caller went away: then c is closed), and goes on with its next
 // request.
@@ -392,9 +339,14 @@ func (l *evloop) fail(c *lconn, err error) {
 		err = context.DeadlineExceeded
 	}
 	ans := upstreamAnswer(err)
-	x := c.x
-	l.endSlot(c)
-	fn := l.p.count(x.e, ans, x.ref)
+	c.x.busy = false
+	l.reply(c, ans, c.x.ls.done(outcome{ans: ans}))
+}
+
+// reply writes the router's own answer ans to c's request (fn names the
+// function) and goes on with its next request; a caller gone (499) gets
+// none: c is closed.
+func (l *evloop) reply(c *lconn, ans answer, fn string) {
 	if ans.status == StatusClientClosed {
 		l.close(c)
 		return
@@ -415,17 +367,4 @@ func (l *evloop) abort(c *lconn, err error) {
 		l.close(up)
 	}
 	l.fail(c, err)
-}
-
-// evict drops c's instance from the cache after a failed connect, as the
-// forward loop does.
-func (l *evloop) evict(c *lconn, err error) {
-	if !isDialError(err) {
-		return
-	}
-	x := &c.x
-	if l.p.cache.Evict(x.ref, x.in.PodUID) {
-		l.p.m.evictions.Inc()
-		l.log.Info("instance unreachable; evicted", "function", x.e.Key, "pod", x.in.Pod, "address", x.in.Address, "err", err)
-	}
 }

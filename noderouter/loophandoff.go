@@ -9,8 +9,6 @@ import (
 	"net"
 	"os"
 	"time"
-
-	"skipper.dev/skipper/noderouter/route"
 )
 
 // The event loops (loop.go) serve the warm exchange only; every other
@@ -31,13 +29,7 @@ type resumed struct {
 	upPrefix []byte   // the answer's bytes the loop read
 	addr     string
 	reused   bool
-	ref      route.Ref
-	e        *route.Entry
-	in       *route.Instance // its slot held
-	start    time.Time       // the head was read
-	sent     time.Time       // the request went out
-	deadline time.Time
-	counted  bool // in proxy.inFlight
+	lease    *lease // its instance held
 }
 
 // fdConn makes a net.Conn of a socket an event loop owned (already out of
@@ -55,25 +47,24 @@ func fdConn(fd int) (net.Conn, error) {
 // handOver serves nc on a goroutine of its own from now on: prefix holds
 // what the loop read of it and did not answer (a request head, pipelined
 // bytes), continued that the loop served requests on it before, r an
-// exchange to finish first (nil: none), ps the loop's failed send of the
-// request in prefix (nil: none). Connections are taken while the
-// server shuts down too: their requests were read already.
-func (s *h1Server) handOver(nc net.Conn, prefix []byte, continued bool, r *resumed, ps *priorSend) {
+// exchange to finish first (nil: none), prior the lease of the request in
+// prefix, whose send by the loop failed (nil: none). Connections are taken
+// while the server shuts down too: their requests were read already.
+func (s *h1Server) handOver(nc net.Conn, prefix []byte, continued bool, r *resumed, prior *lease) {
 	c := newH1conn(s, nc)
-	c.prefix, c.continued, c.resume, c.prior = prefix, continued, r, ps
+	c.prefix, c.continued, c.resume, c.prior = prefix, continued, r, prior
 	s.mu.Lock()
 	if s.closedAll {
 		// Close walked the connections already: this one ends here.
 		s.mu.Unlock()
 		_ = nc.Close()
+		gone := outcome{ans: upstreamAnswer(context.Canceled)}
 		if r != nil {
 			_ = r.up.Close()
-			s.p.release(r.ref, r.e, r.in, false)
-			r.e.InFlight.Add(-1)
-			if r.counted {
-				s.p.inFlight.Add(-1)
-			}
-			s.p.count(r.e, upstreamAnswer(context.Canceled), r.ref)
+			r.lease.done(gone)
+		}
+		if prior != nil {
+			prior.done(gone)
 		}
 		return
 	}
@@ -89,7 +80,7 @@ func (c *h1conn) finishResumed(r *resumed) {
 	p := c.p
 	up := newUpConn(r.up, r.addr, r.upPrefix)
 	up.reused = r.reused
-	up.setDeadline(r.deadline)
+	up.setDeadline(r.lease.deadline)
 	var res result
 	if err := c.req.Read(bufio.NewReader(bytes.NewReader(r.head)), max(p.maxHeaderBytes, len(r.head)+1)); err != nil {
 		// The loop parsed this head: it cannot fail.
@@ -107,27 +98,21 @@ func (c *h1conn) finishResumed(r *resumed) {
 		}
 		c.up.Store(nil)
 	}
-	p.release(r.ref, r.e, r.in, false)
-	r.e.InFlight.Add(-1)
-	if r.counted {
-		p.inFlight.Add(-1)
-	}
-	f := forwarded{e: r.e, instance: r.in, res: res, upstream: time.Since(r.sent)}
+	l := r.lease
 	switch {
 	case res.err != nil:
 		err := res.err
 		switch {
 		case c.left.Load():
 			err = context.Canceled
-		case !r.deadline.IsZero() && !time.Now().Before(r.deadline):
+		case !l.deadline.IsZero() && !time.Now().Before(l.deadline):
 			err = context.DeadlineExceeded
 		}
 		c.closeAfter = true
-		p.finish(c, r.e, upstreamAnswer(err), r.ref)
-	case res.aborted != 0:
-		p.aborted(f, r.start)
+		p.finish(c, l, outcome{ans: upstreamAnswer(err)})
 	default:
-		p.served(f, r.start, time.Now(), 0)
+		l.upstream += time.Since(l.sent)
+		l.done(outcome{status: res.status, aborted: res.aborted})
 	}
 	c.endRequest()
 	if c.flushLater {
@@ -139,9 +124,9 @@ func (c *h1conn) finishResumed(r *resumed) {
 }
 
 // handOver gives c, with the bytes read of it (a request head first), to
-// the goroutine path, for reason (handoverReasons); ps is the loop's
-// failed send of that request (nil: none).
-func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
+// the goroutine path, for reason (handoverReasons); prior is the lease of
+// that request, whose send failed (nil: none).
+func (l *evloop) handOver(c *lconn, reason string, prior *lease) {
 	l.p.m.handovers[reason].Inc()
 	// The connection's new goroutine is queued on this loop's P: the next
 	// wait gives the P up, so that it runs without waiting for a
@@ -151,11 +136,10 @@ func (l *evloop) handOver(c *lconn, reason string, ps ...*priorSend) {
 	nc, err := fdConn(c.fd)
 	if err != nil {
 		l.log.Warn("event loop", "err", err)
+		if prior != nil {
+			prior.done(outcome{ans: upstreamAnswer(context.Canceled)})
+		}
 		return
-	}
-	var prior *priorSend
-	if len(ps) > 0 {
-		prior = ps[0]
 	}
 	l.s.handOver(nc, bytes.Clone(c.in[:c.n]), c.served > 0, nil, prior)
 }
@@ -175,8 +159,10 @@ func (l *evloop) resume(c *lconn, up *lconn) {
 	}
 	l.p.m.handovers[handoverAnswer].Inc()
 	l.quiet = true // see handOver
-	x := c.x
-	c.x.busy = false // the slot (and the in-flight count) go with the exchange
+	handed := new(lease)
+	*handed = c.x.ls
+	hlen := c.x.hlen
+	c.x.busy = false // the lease goes with the exchange
 	c.peer, up.peer = nil, nil
 	l.forget(c)
 	l.forget(up)
@@ -188,17 +174,12 @@ func (l *evloop) resume(c *lconn, up *lconn) {
 				_ = nc.Close()
 			}
 		}
-		l.p.release(x.ref, x.e, x.in, false)
-		x.e.InFlight.Add(-1)
-		if x.counted {
-			l.p.inFlight.Add(-1)
-		}
-		l.p.count(x.e, upstreamAnswer(context.Canceled), x.ref)
+		handed.done(outcome{ans: upstreamAnswer(context.Canceled)})
 		l.log.Warn("event loop: hand an exchange over", "err", errors.Join(uerr, cerr))
 		return
 	}
-	l.s.handOver(cnc, bytes.Clone(c.in[x.hlen:c.n]), true, &resumed{
-		head: bytes.Clone(c.in[:x.hlen]), up: unc, upPrefix: bytes.Clone(up.in[:up.n]), addr: up.addr, reused: up.reused,
-		ref: x.ref, e: x.e, in: x.in, start: x.start, sent: x.sent, deadline: x.deadline, counted: x.counted,
+	l.s.handOver(cnc, bytes.Clone(c.in[hlen:c.n]), true, &resumed{
+		head: bytes.Clone(c.in[:hlen]), up: unc, upPrefix: bytes.Clone(up.in[:up.n]), addr: up.addr, reused: up.reused,
+		lease: handed,
 	}, nil)
 }

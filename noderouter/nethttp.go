@@ -83,7 +83,7 @@ func (f *nethttpForwarder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	x := &httpExchange{f: f, w: w, r: r}
 	defer x.done()
-	f.p.serve(x)
+	f.p.serve(x, &x.ls)
 	if x.abort {
 		// The exchange broke after the response's header; it is counted.
 		// net/http drops the caller's connection.
@@ -121,6 +121,7 @@ type httpExchange struct {
 	abort  bool
 	// account is X-Skipper-Caller's value ("": not sent).
 	account string
+	ls      lease
 }
 
 // attempt is one send of a request, reached from the ReverseProxy hooks
@@ -182,13 +183,13 @@ func (x *httpExchange) callerAddr() netip.Addr {
 	}
 	return ap.Addr().Unmap()
 }
-func (x *httpExchange) method() string           { return x.r.Method }
-func (x *httpExchange) idempotencyKey() bool     { return x.r.Header.Get(HeaderIdempotencyKey) != "" }
-func (x *httpExchange) contentLength() int64     { return x.r.ContentLength }
-func (x *httpExchange) ctx() context.Context     { return x.r.Context() }
-func (x *httpExchange) gone() bool               { return x.r.Context().Err() != nil }
-func (x *httpExchange) bodyStarted() bool        { return x.body.started() }
-func (x *httpExchange) failedBefore() *priorSend { return nil }
+func (x *httpExchange) method() string       { return x.r.Method }
+func (x *httpExchange) idempotencyKey() bool { return x.r.Header.Get(HeaderIdempotencyKey) != "" }
+func (x *httpExchange) contentLength() int64 { return x.r.ContentLength }
+func (x *httpExchange) ctx() context.Context { return x.r.Context() }
+func (x *httpExchange) gone() bool           { return x.r.Context().Err() != nil }
+func (x *httpExchange) bodyStarted() bool    { return x.body.started() }
+func (x *httpExchange) handed() *lease       { return nil }
 func (x *httpExchange) answer(a answer, fn string) {
 	a.write(x.w, fn)
 }
@@ -199,7 +200,10 @@ func (x *httpExchange) done() {
 	}
 }
 
-func (x *httpExchange) send(in *route.Instance, deadline time.Time) (res result) {
+// send sends with the transport, which keeps its own connections: fresh
+// has nothing to choose, and no send reports reused (the transport sends
+// again itself on a connection found closed).
+func (x *httpExchange) send(in *route.Instance, deadline time.Time, _ bool) (res result) {
 	if x.out == nil {
 		x.sctx = context.WithValue(x.r.Context(), attemptKey{}, &x.at)
 		if !deadline.IsZero() {

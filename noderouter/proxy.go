@@ -2,10 +2,7 @@ package noderouter
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"math/rand/v2"
-	"net/http"
 	"net/netip"
 	"slices"
 	"sync/atomic"
@@ -41,12 +38,11 @@ type resolver interface {
 	release(ref route.Ref, podUID string)
 }
 
-// exchange is one caller's request as the forwarding core sees it,
-// whichever server read it: h1 (the router's own HTTP/1.1 path, h1conn.go)
-// or nethttp (net/http and httputil.ReverseProxy: h2c, and HTTP/1.1 with
-// --forwarder=nethttp, nethttp.go). The core passes each step once: parse
-// (the name), pick (cache, limits, GetInstance, an instance), forward
-// (send, with retries in retry.go), finish (answer, count).
+// exchange is one caller's request as the pipeline sees it, whichever
+// server read it: h1 (the router's own HTTP/1.1 path, h1conn.go) or
+// nethttp (net/http and httputil.ReverseProxy: h2c, and HTTP/1.1 with
+// --forwarder=nethttp, nethttp.go). It does the wire I/O; serve takes it
+// through admit, forward and the lease's end once.
 type exchange interface {
 	// functionHeader is X-Skipper-Function's value, "" when absent.
 	functionHeader() string
@@ -58,6 +54,14 @@ type exchange interface {
 	// contentLength is the body's declared length: -1 when unknown
 	// (chunked), 0 without a body.
 	contentLength() int64
+	// callerAddr is the caller's source address (the zero Addr when not
+	// known), which tells who the caller is (spec.callers).
+	callerAddr() netip.Addr
+	// handed is the lease of a request an event loop admitted and sent
+	// once, and handed over after that send failed before any response
+	// (nil: none, as a rule): serve goes on from there. Asked once per
+	// request.
+	handed() *lease
 	// ctx ends when the caller goes away. Only the waits use it
 	// (GetInstance, a queue, a backoff): asking for it may cost a watch
 	// of the caller's connection.
@@ -65,22 +69,15 @@ type exchange interface {
 	// gone reports that the caller went away, as far as the exchange
 	// knows without asking.
 	gone() bool
+	// setCaller has the request forwarded with X-Skipper-Caller: account
+	// ("": none; set before send).
+	setCaller(account string)
 	// send forwards the request to in once, bounded by deadline (zero:
-	// none), and relays the response.
-	send(in *route.Instance, deadline time.Time) result
+	// none), and relays the response; fresh: on a new connection, not a
+	// kept-alive one (next's moveFresh).
+	send(in *route.Instance, deadline time.Time, fresh bool) result
 	// bodyStarted reports that some of the request body was sent.
 	bodyStarted() bool
-	// failedBefore is a first send an event loop made of this request and
-	// that failed before any response (nil: none, as a rule): the core
-	// goes on from there as after its own failed send. Asked once per
-	// request.
-	failedBefore() *priorSend
-	// callerAddr is the caller's source address (the zero Addr when not
-	// known), which tells who the caller is (spec.callers).
-	callerAddr() netip.Addr
-	// setCaller has the request forwarded with X-Skipper-Caller: account
-	// (a function that lists callers; set before send).
-	setCaller(account string)
 	// answer writes the router's own answer; function names it ("" when
 	// unnamed).
 	answer(a answer, function string)
@@ -91,8 +88,10 @@ type result struct {
 	// status is the instance's response status as relayed (0: none).
 	status int
 	// err: the exchange failed before a response head reached the
-	// caller; the core may retry or answers for it.
+	// caller; the pipeline may send again or answers for it.
 	err error
+	// reused: the send went out on a kept-alive connection.
+	reused bool
 	// aborted is the code label of an exchange that broke after the
 	// response head went to the caller (499 the caller went away, 504 the
 	// request timed out, 502 the instance broke off); 0 otherwise.
@@ -174,203 +173,58 @@ func (p *proxy) parseName(fh, host string) (route.Ref, error) {
 	return ref, err
 }
 
-// serve takes one request through the core.
-func (p *proxy) serve(ex exchange) {
-	start := time.Now()
-	// A request an event loop sent once already keeps its start (and so
-	// its deadline).
-	ps := ex.failedBefore()
-	if ps != nil {
-		start = ps.start
-	}
-	ref, err := p.parse(ex)
-	if err != nil {
-		p.finish(ex, nil, parseAnswer(err), ref)
-		return
-	}
-	// The limits below answer with the entry (counted on the function)
-	// when the cache holds one, never with a name the caller may have made
-	// up (their answers are not known).
-	e, a := p.cache.Lookup(ref)
-	if p.maxInFlight > 0 {
-		defer p.inFlight.Add(-1)
-		if p.inFlight.Add(1) > p.maxInFlight {
-			p.finish(ex, e, overloadedAnswer(p.maxInFlight), ref)
-			return
-		}
-	}
-	if p.maxBodyBytes > 0 && ex.contentLength() > p.maxBodyBytes {
-		// Known too large before a byte of it is read: no instance, no
-		// GetInstance. A body of unknown length is limited as it streams.
-		p.finish(ex, e, tooLargeAnswer(p.maxBodyBytes), ref)
-		return
-	}
-
-	var waited time.Duration // GetInstance and retry backoff, not the router's own work
-	if a == nil || (len(a.Instances) == 0 && !a.Config.Oneshot) {
-		if p.negative.Contains(ref, start) {
-			p.m.cacheNegative.Inc()
-			p.finish(ex, nil, unknownAnswer(ref), ref)
-			return
-		}
-		p.m.cacheMiss.Inc()
-		var known uint64
-		if a != nil {
-			known = a.Generation
-		}
-		t := time.Now()
-		e, a, err = p.resolver.resolve(ex.ctx(), ref, known, ps.dead(), p.callerAt(ex.callerAddr()))
-		waited += time.Since(t)
-		if err != nil {
-			ans, _ := controllerAnswer(err)
-			p.finish(ex, nil, ans, ref)
-			return
-		}
+// serve takes one request through the pipeline: admit, forward, and the
+// lease's end, or the router's own answer. l is the exchange's room for
+// its lease (unless an event loop handed one over).
+func (p *proxy) serve(ex exchange, l *lease) {
+	if h := ex.handed(); h != nil {
+		l = h
 	} else {
-		p.m.cacheHit.Inc()
-	}
-	if a.Config.Callers != nil {
-		who := p.callerAt(ex.callerAddr())
-		if ans, ok := callerRefused(a.Config.Callers, who, ref); !ok {
-			p.finish(ex, e, ans, ref)
+		q := request{fh: ex.functionHeader(), length: ex.contentLength(), from: ex.callerAddr(), start: time.Now(),
+			idempotent: idempotent(ex.method(), ex.idempotencyKey())}
+		if q.fh == "" {
+			q.host = ex.host()
+		}
+		v := p.admit(l, q, ex.ctx)
+		if v.lease == nil {
+			ex.answer(v.ans, v.fn)
 			return
 		}
-		ex.setCaller(who.id.Account)
 	}
-
-	timeout := p.requestTimeout
-	if a.Config.Timeout > 0 {
-		timeout = a.Config.Timeout
-	}
-	var deadline time.Time
-	if timeout > 0 {
-		deadline = start.Add(timeout)
-	}
-	f := p.forward(ex, ref, e, a, deadline, ps)
-	waited += f.waited
-	switch {
-	case f.ans.status != 0:
-		p.finish(ex, f.e, f.ans, ref)
-	case f.res.aborted != 0:
-		p.aborted(f, start)
-	default:
-		p.served(f, start, time.Now(), waited)
-	}
+	p.forward(ex, l)
 }
 
-// served counts a request an instance answered, from start to end: f.upstream
-// of it went to the sends, waited to GetInstance and backoff.
-func (p *proxy) served(f forwarded, start, end time.Time, waited time.Duration) {
-	fm := p.m.function(f.e.Key)
-	f.e.Requests.Add(1)
-	fm.count(f.res.status).Inc()
-	total := end.Sub(start)
-	p.m.upstream.Observe(f.upstream.Seconds())
-	p.m.overhead.Observe((total - f.upstream - waited).Seconds())
+// served counts a request an instance answered with status, from its
+// start to end: l.upstream of it went to the sends, l.waited to
+// GetInstance, the queue and backoff.
+func (p *proxy) served(l *lease, status int, end time.Time) {
+	fm := p.m.function(l.e.Key)
+	l.e.Requests.Add(1)
+	fm.count(status).Inc()
+	total := end.Sub(l.start)
+	p.m.upstream.Observe(l.upstream.Seconds())
+	p.m.overhead.Observe((total - l.upstream - l.waited).Seconds())
 	fm.seconds.Observe(total.Seconds())
 }
 
-// attempt sends the request to in (whose slot take handed out) once, and
-// gives the instance back (release) on every way out of the send: a
-// response, a transport error, an exchange broken after the response head.
-// Issue 13: a release after the forward instead of deferred was skipped by
-// the panic with which net/http aborts such a handler, and the slot leaked
-// for good (a function at concurrencyLimit 1 stuck, drains waiting their
-// timeout, oneshot pods living out their lease). The pairing lives here,
-// in the core, so that it holds whatever forwards the request.
-func (p *proxy) attempt(ex exchange, ref route.Ref, e *route.Entry, in *route.Instance, oneshot bool, deadline time.Time) result {
-	defer p.release(ref, e, in, oneshot)
-	e.InFlight.Add(1)
-	in.Requests.Add(1)
-	defer e.InFlight.Add(-1)
-	return ex.send(in, deadline)
-}
-
-// release gives back what take handed out: a oneshot instance to the
-// control plane (after its one request, also when the caller went away),
-// or a slot to its function's entry, which may hand it to a queued request.
-func (p *proxy) release(ref route.Ref, e *route.Entry, in *route.Instance, oneshot bool) {
-	if oneshot {
-		p.resolver.release(ref, in.PodUID)
-		return
-	}
-	e.Release(in)
-}
-
 // aborted counts a request whose exchange broke after the response's
-// header.
-func (p *proxy) aborted(f forwarded, start time.Time) {
-	e := f.e
+// header (code: 499, 502 or 504).
+func (p *proxy) aborted(l *lease, status, code int) {
+	e := l.e
 	e.Requests.Add(1)
 	e.Errors.Add(1)
-	p.m.requests.WithLabelValues(e.Key, codeLabel(f.res.aborted)).Inc()
-	p.m.function(e.Key).seconds.Observe(time.Since(start).Seconds())
+	p.m.requests.WithLabelValues(e.Key, codeLabel(code)).Inc()
+	p.m.function(e.Key).seconds.Observe(time.Since(l.start).Seconds())
 	pod := ""
-	if f.instance != nil {
-		pod = f.instance.Pod
+	if l.in != nil {
+		pod = l.in.Pod
 	}
-	p.log.Debug("exchange broke after the response header", "function", e.Key, "pod", pod, "status", f.res.status, "code", f.res.aborted)
+	p.log.Debug("exchange broke after the response header", "function", e.Key, "pod", pod, "status", status, "code", code)
 }
 
-// take returns the instance for the next attempt with its slot held, or the
-// answer to give instead. A oneshot function gets a fresh instance from the
-// control plane. Otherwise the power of two choices over a's instances
-// below the concurrency limit, skipping those that failed this request when
-// others are left; when every instance is at the limit the request queues
-// (at most --max-queue per function, waiting at most --cold-start-timeout).
-func (p *proxy) take(ex exchange, ref route.Ref, e *route.Entry, a *route.Assignment, failed []*route.Instance) (*route.Instance, answer) {
-	if a.Config.Oneshot {
-		in, err := p.resolver.oneshot(ex.ctx(), ref, p.callerAt(ex.callerAddr()))
-		if err != nil {
-			ans, _ := controllerAnswer(err)
-			return nil, ans
-		}
-		return in, answer{}
-	}
-	limit := a.Config.ConcurrencyLimit
-	in := a.Acquire(rand.Uint64(), limit, failed)
-	if in == nil && len(failed) > 0 {
-		// Every instance left failed this request once (dial failures are
-		// evicted): try the least loaded again rather than fail.
-		in = a.Acquire(rand.Uint64(), limit, nil)
-	}
-	if in != nil {
-		return in, answer{}
-	}
-	noInstances := answer{status: http.StatusServiceUnavailable, reason: reasonNoInstances,
-		msg: "the function has no usable instance", retryAfter: true, known: true}
-	if limit == 0 || len(a.Instances) == 0 {
-		return nil, noInstances
-	}
-	if p.maxQueue == 0 {
-		return nil, queueFullAnswer(limit)
-	}
-	ctx := ex.ctx()
-	qctx, cancel := context.WithTimeout(ctx, p.coldStartTimeout)
-	defer cancel()
-	p.m.queued.Inc()
-	in, err := e.Wait(qctx, p.maxQueue)
-	p.m.queued.Dec()
-	switch {
-	case in != nil:
-		// Before the context cases: the slot is held, and a caller gone
-		// meanwhile is answered by the attempt, which gives it back.
-		return in, answer{}
-	case errors.Is(err, route.ErrQueueFull):
-		return nil, queueFullAnswer(limit)
-	case ctx.Err() != nil:
-		return nil, upstreamAnswer(ctx.Err())
-	case err != nil:
-		return nil, answer{status: http.StatusServiceUnavailable, reason: reasonQueueTimeout,
-			msg: "every instance stayed at the concurrency limit for the cold-start timeout", retryAfter: true, known: true}
-	default:
-		return nil, noInstances // the set was withdrawn while the request waited
-	}
-}
-
-// finish answers a request the router could not forward and counts it.
-func (p *proxy) finish(ex exchange, e *route.Entry, ans answer, ref route.Ref) {
-	ex.answer(ans, p.count(e, ans, ref))
+// finish ends l with o, the router's own answer, and writes it.
+func (p *proxy) finish(ex exchange, l *lease, o outcome) {
+	ex.answer(o.ans, l.done(o))
 }
 
 // count counts the router's own answer ans to a request for ref (e: its

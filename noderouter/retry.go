@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"syscall"
 	"time"
-
-	"skipper.dev/skipper/noderouter/route"
 )
 
 // HeaderIdempotencyKey makes a POST or PATCH safe to resend
@@ -116,141 +114,91 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// forwarded is how the forward loop ended: with a result (a response
-// relayed, or an exchange aborted after its head) or an answer of the
-// router's own; e is the entry it ended with (a retry may have asked the
-// owner again).
-type forwarded struct {
-	e        *route.Entry
-	instance *route.Instance // the last one sent to
-	res      result
-	ans      answer
-	// waited: taking instances, backoff and GetInstance; upstream: the
-	// sends.
-	waited, upstream time.Duration
+// move is what a request does after a send that failed before any
+// response.
+type move int
+
+const (
+	// moveAnswer: no more sends; the failure is answered.
+	moveAnswer move = iota
+	// moveFresh: at once, to the same instance on a new connection.
+	moveFresh
+	// moveElsewhere: after the backoff, to another instance when there is
+	// one (the cached set, or the owner's when it ran dry).
+	moveElsewhere
+)
+
+// next decides what a request does after send number sends (a send again
+// on a fresh connection not counted) failed with f. stale: it went out on
+// a kept-alive connection the instance had closed while it idled (EOF or
+// reset before any response byte), which is sent again once on a new
+// connection first, as net/http's transport does, unless some of the body
+// went. Then it is sent elsewhere if retryable allows and --max-attempts
+// (maxAttempts) is not reached. Every transport asks this, for every
+// failed send.
+func next(f failure, stale bool, sends, maxAttempts int, idempotent, bodyStarted, freshTried bool) move {
+	switch {
+	case stale && !freshTried && !bodyStarted:
+		return moveFresh
+	case sends >= maxAttempts || !retryable(f, idempotent, bodyStarted):
+		return moveAnswer
+	}
+	return moveElsewhere
 }
 
-// forward sends the request to an instance of a until one answers or the
-// request may not be sent again: a dial failure evicts the instance and is
-// retried elsewhere; a connection broken before any response byte is
-// retried for idempotent requests whose body was not started; at most
-// --max-attempts sends, with jittered exponential backoff, within the
-// request's deadline.
-func (p *proxy) forward(ex exchange, ref route.Ref, e *route.Entry, a *route.Assignment, deadline time.Time, ps *priorSend) (f forwarded) {
-	f.e = e
-	// failed are the instances that failed this request, dead the pod UIDs
-	// of those evicted; both stay nil on the warm path.
-	var failed []*route.Instance
-	var dead []string
-	n := 1
-	if ps != nil {
-		// An event loop's send was the first (it evicted a dead
-		// instance and checked that the request may be sent again).
-		f.instance = ps.in
-		failed = append(failed, ps.in)
-		dead = ps.dead()
-		var ok bool
-		if a, ok = p.again(ex, ref, &f, a, n, dead, deadline); !ok {
-			return f
+// forward sends the lease's request to its instance until one answers or
+// the request may not be sent again (next), and ends the lease: a dial
+// failure evicts the instance and is retried elsewhere; a connection
+// broken before any response byte is retried for idempotent requests
+// whose body was not started; at most --max-attempts sends, with jittered
+// exponential backoff, within the request's deadline.
+func (p *proxy) forward(ex exchange, l *lease) {
+	ex.setCaller(l.account)
+	fresh := false
+	for {
+		if l.in == nil {
+			// A failed send gave its instance back (an event loop's too).
+			if ans := l.again(ex.ctx); ans.status != 0 {
+				p.finish(ex, l, outcome{ans: ans})
+				return
+			}
 		}
-		n++
-	}
-	for ; ; n++ {
-		oneshot := a.Config.Oneshot
+		if !fresh {
+			l.sends++
+		}
 		t := time.Now()
-		in, ans := p.take(ex, ref, f.e, a, failed)
-		t1 := time.Now()
-		f.waited += t1.Sub(t)
-		if ans.status != 0 {
-			f.ans = ans
-			return f
+		res := ex.send(l.in, l.deadline, fresh)
+		end := time.Now()
+		l.upstream += end.Sub(t)
+		if res.err == nil {
+			l.done(outcome{status: res.status, aborted: res.aborted, end: end})
+			return
 		}
-		f.instance = in
-		f.res = p.attempt(ex, ref, f.e, in, oneshot, deadline)
-		t2 := time.Now()
-		f.upstream += t2.Sub(t1)
-		if f.res.err == nil {
-			return f
-		}
-		err := f.res.err
+		err := res.err
 		switch {
 		case ex.gone():
 			// The caller went away or the request timed out: answer for
 			// that (499/504), whatever the send made of it.
 			err = context.Canceled
-		case !deadline.IsZero() && !t2.Before(deadline):
+		case !l.deadline.IsZero() && !end.Before(l.deadline):
 			err = context.DeadlineExceeded
 		}
-		fail := classify(err, err != f.res.err)
-		if fail == failDial && !oneshot {
-			// The instance is gone (or never was): evict it, retried or not.
-			// A broken connection is not enough: the instance may be alive.
-			if p.cache.Evict(ref, in.PodUID) {
-				p.m.evictions.Inc()
-				p.log.Info("instance unreachable; evicted", "function", f.e.Key, "pod", in.Pod, "address", in.Address, "err", err)
-			}
-			dead = append(dead, in.PodUID)
-		}
-		if n >= p.maxAttempts || !retryable(fail, idempotent(ex.method(), ex.idempotencyKey()), ex.bodyStarted()) {
-			f.ans = upstreamAnswer(err)
-			return f
-		}
-		failed = append(failed, in)
-		if fail != failDial {
-			p.log.Info("connection to instance broke before a response; retrying", "function", f.e.Key, "pod", in.Pod, "err", err)
-		}
-		var ok bool
-		if a, ok = p.again(ex, ref, &f, a, n, dead, deadline); !ok {
-			return f
+		switch l.failedSend(err, err != res.err, res.reused, ex.bodyStarted()) {
+		case moveAnswer:
+			p.finish(ex, l, outcome{ans: upstreamAnswer(err)})
+			return
+		case moveFresh:
+			fresh = true
+		case moveElsewhere:
+			fresh = false
 		}
 	}
 }
 
-// priorSend is an event loop's send of a request that failed before any
-// response: the core goes on from there (proxy.serve, forward).
-type priorSend struct {
-	in    *route.Instance
-	err   error
-	start time.Time // the request's head was read
-}
-
-// dead is the pod UID the send found unreachable, nil when none.
-func (ps *priorSend) dead() []string {
-	if ps == nil || !isDialError(ps.err) {
-		return nil
-	}
-	return []string{ps.in.PodUID}
-}
-
-// again prepares the send after the failed send n: the backoff, then the
-// cached set, or the owner's when it ran dry (naming dead, what failed to
-// dial). false: f holds the answer instead.
-func (p *proxy) again(ex exchange, ref route.Ref, f *forwarded, a *route.Assignment, n int, dead []string, deadline time.Time) (*route.Assignment, bool) {
-	p.m.retries.Inc()
-	t := time.Now()
-	if err := p.backoff(ex, n, deadline); err != nil {
-		f.ans = upstreamAnswer(err)
-		return a, false
-	}
-	f.waited += time.Since(t)
-	if _, next := p.cache.Lookup(ref); next != nil && (len(next.Instances) > 0 || next.Config.Oneshot) {
-		return next, true
-	}
-	t = time.Now()
-	ne, na, err := p.resolver.resolve(ex.ctx(), ref, a.Generation, dead, p.callerAt(ex.callerAddr()))
-	f.waited += time.Since(t)
-	if err != nil {
-		f.ans, _ = controllerAnswer(err)
-		return a, false
-	}
-	f.e = ne
-	return na, true
-}
-
-// backoff waits before the next of n sends: the jittered backoff, cut at
-// the request's deadline (then context.DeadlineExceeded) and by the caller
-// going away (context.Canceled).
-func (p *proxy) backoff(ex exchange, n int, deadline time.Time) error {
+// backoff waits before the send after send n: the jittered backoff, cut at
+// the request's deadline (then context.DeadlineExceeded) and by ctx, the
+// caller going away (context.Canceled).
+func (p *proxy) backoff(ctx context.Context, n int, deadline time.Time) error {
 	d := backoff(n, p.backoffBase, p.backoffMax, rand.Float64())
 	late := false
 	if !deadline.IsZero() {
@@ -258,7 +206,7 @@ func (p *proxy) backoff(ex exchange, n int, deadline time.Time) error {
 			d, late = max(left, 0), true
 		}
 	}
-	if err := sleep(ex.ctx(), d); err != nil {
+	if err := sleep(ctx, d); err != nil {
 		return err
 	}
 	if late {
