@@ -153,13 +153,18 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 		if e.Pod.UID != want || e.Function != "default/"+fn {
 			t.Errorf("%s answered by %s holding %q; want %s holding default/%s", fn, e.Pod.Name, e.Function, want, fn)
 		}
-		p, err := env.kube.CoreV1().Pods("default").Get(t.Context(), e.Pod.Name, metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Labels[v1alpha1.LabelFunction] != fn {
-			t.Errorf("pod %s holds default/%s but is labelled %q", p.Name, fn, p.Labels[v1alpha1.LabelFunction])
-		}
+		// The record follows the assign off the call's path: a call can
+		// be served before its pod's label lands.
+		eventually(t, 30*time.Second, "pod "+e.Pod.Name+" labelled for "+fn, func(ctx context.Context) error {
+			p, err := env.kube.CoreV1().Pods("default").Get(ctx, e.Pod.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if got := p.Labels[v1alpha1.LabelFunction]; got != fn {
+				return fmt.Errorf("pod %s holds default/%s but is labelled %q", p.Name, fn, got)
+			}
+			return nil
+		})
 	}
 	// The pool refilled (the kube-controller-manager is past its own
 	// reconnect after the outage), and the killed replica is back, before
