@@ -56,7 +56,10 @@
 //     membership.
 //   - Generations per function strictly increase and are seeded from the
 //     clock, so routers' "apply only newer" holds across restarts and owners.
-//   - gRPC codes come from grpcStatus alone.
+//   - An operation's error becomes a gRPC code in grpcStatus (errors.go)
+//     alone; refusals of who is calling (authz.go, callers.go, forward.go,
+//     trust) and of the Connect stream itself (server.go) build their
+//     status where they refuse.
 //   - No stored object stops a controller: the Function transform never
 //     fails; an object that does not convert or fails validate is cached as
 //     an invalidFunction, skipped by every decision, and reported by its
