@@ -183,7 +183,8 @@ func countsAsInstance(p *corev1.Pod, fn *v1alpha1.Function) bool {
 // claim claims one pool pod for fn and assigns it, waiting up to
 // --claim-timeout for a pool pod to become Ready when none is. A cold
 // claim returns (nil, nil) once the set holds an instance. At most
-// --max-parallel-claims claims patch and assign at once.
+// --max-parallel-claims claims assign at once (their records follow in the
+// background, outside that bound).
 func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int32, kind flightKind, node, router string, unusable []string) (*corev1.Pod, error) {
 	poolKey := fn.Namespace + "/" + fn.Spec.Pool
 	deadline := time.NewTimer(c.cfg.ClaimTimeout)

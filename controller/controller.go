@@ -83,7 +83,7 @@ type controller struct {
 	wg     sync.WaitGroup
 	// reassigning: instances being handed their function's callers again
 	// (reassign.go); probing: pool pods routers report as instances, being
-	// asked what they hold (adopt.go).
+	// asked what they hold (probe.go).
 	reassigning, probing podWork
 }
 

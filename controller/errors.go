@@ -10,7 +10,9 @@ import (
 )
 
 // Sentinel errors the controller's operations wrap; grpcStatus maps them to
-// gRPC codes, and it is the only place that does.
+// gRPC codes, and it is the only place that maps an error to a code (the
+// refusals of authz.go, callers.go, forward.go and server.go state their
+// code directly).
 var (
 	ErrInvalidName      = errors.New("invalid function name")
 	ErrFunctionNotFound = errors.New("function not found")

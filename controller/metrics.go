@@ -84,7 +84,7 @@ func newMetrics() *metrics {
 		}, []string{"node"}),
 		instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "skipper_controller_instances",
-			Help: "Claimed instances of owned functions, by function and state: ready, not_ready, terminating.",
+			Help: "Claimed instances of owned functions, by function and state: ready, not_ready, terminating, draining (withdrawn from routers, waiting to be deleted), claiming (a claim in flight).",
 		}, []string{"function", "state"}),
 		poolWaiters: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "skipper_controller_pool_waiters",

@@ -8,9 +8,10 @@ import (
 )
 
 // every calls f with the current time at once and then every interval
-// until ctx ends (wait.NonSlidingUntilWithContext): the one ticker loop of
-// the router's background work (usage sampling, the cache sweep, the BPF
-// liveness heartbeat), each of which reads the time it runs at.
+// until ctx ends (wait.NonSlidingUntilWithContext). Usage sampling, the
+// cache sweep and the BPF liveness heartbeat run on it. The heartbeat
+// report (stream.go), pre-connections (preconnect.go) and the local
+// address (localaddr.Manager.Run) keep tickers of their own.
 func every(ctx context.Context, interval time.Duration, f func(now time.Time)) {
 	wait.NonSlidingUntilWithContext(ctx, func(context.Context) { f(time.Now()) }, interval)
 }

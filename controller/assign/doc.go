@@ -1,6 +1,8 @@
 // Package assign is the instance contract shared by the controller (which
-// signs) and instance runtimes such as skipper-echo (which verify): the body
-// of `POST /__skipper/assign` and its ed25519-signed token.
+// signs), instance runtimes such as skipper-echo (which verify) and the
+// router (whose pre-connections send its read-only GET and read the answer):
+// the body of `POST /__skipper/assign` and its ed25519-signed token. It is
+// a leaf, importing only the standard library, so the router may import it.
 //
 // A token is "v1.<payload>.<signature>", both parts unpadded base64url; the
 // payload is JSON Claims and the signature covers the bytes "v1." + payload.

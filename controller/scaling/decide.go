@@ -167,8 +167,35 @@ type Decision struct {
 	History History
 }
 
-// Decide returns the instance count to converge to. No I/O, no clock, no
-// allocations.
+// Decide returns the instance count to converge to. No I/O, no clock (the
+// caller passes in.Now), no hidden state, no allocations. It is the
+// Kubernetes HorizontalPodAutoscaler's replica calculation per metric,
+// combined the way HPA combines them:
+//
+//   - CPU and memory (per-instance averages): desired = ceil(n × usage/target)
+//     with a tolerance (default 0.1: no change while |usage/target − 1| ≤ 0.1).
+//     Instances without a sample count as using the target on a scale-down
+//     and nothing on a scale-up; for CPU, instances that are not yet ready
+//     (or whose sample may predate readiness) count as using nothing on a
+//     scale-up and are left out of a scale-down. A recommendation that would
+//     flip direction once those assumptions are applied is dropped.
+//   - In-flight: desired = ceil((in-flight + queued) / target), from the
+//     routers' aggregate, without tolerance, so any load on zero instances
+//     asks for at least one.
+//   - The largest recommendation wins; a zero target leaves its metric out.
+//   - The result is clamped to [MinInstances, MaxInstances]; with
+//     MinInstances 0 an instance stays while the function is active.
+//   - Scale-up applies at once. Scale-down goes only to the highest
+//     recommendation within the stabilization window (HPA's default 300s).
+//   - Scale to zero happens only when MinInstances is 0, nothing is in flight
+//     or queued and IdleTimeout has passed since the last activity; it is not
+//     held by the stabilization window (IdleTimeout is its own hold).
+//   - An owner that has not yet seen one full heartbeat window never scales
+//     down (its view of the load may be partial).
+//
+// The history is bounded and, when it must drop detail, keeps the higher
+// value for longer, so it may hold a scale-down longer than HPA would but
+// never releases it earlier.
 func Decide(in Input, p Policy) Decision {
 	p = p.withDefaults()
 	current := int32(len(in.Instances))
