@@ -11,22 +11,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 
+	"skipper.dev/skipper/controller/flagenv"
 	"skipper.dev/skipper/tests/golden"
 )
-
-// env is a lookup over kv, as package os's LookupEnv is over the environment.
-func env(kv map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) {
-		v, ok := kv[k]
-		return v, ok
-	}
-}
 
 func TestHelpGolden(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
 	// The usage does not depend on the environment, even a bad one.
-	_, err := ParseConfig([]string{"--help"}, env(map[string]string{"SKIPPER_GRPC_LISTEN": "198.18.1.5:1", "SKIPPER_CLAIM_TIMEOUT": "soon"}), &out)
+	_, err := ParseConfig([]string{"--help"}, flagenv.Map(map[string]string{"SKIPPER_GRPC_LISTEN": "198.18.1.5:1", "SKIPPER_CLAIM_TIMEOUT": "soon"}), &out)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("ParseConfig(--help) error = %v, want flag.ErrHelp", err)
 	}
@@ -36,7 +29,7 @@ func TestHelpGolden(t *testing.T) {
 func TestRunHelpReturnsNil(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, env(nil), &out); err != nil {
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatalf("Run(--help) = %v", err)
 	}
 	if !strings.Contains(out.String(), "--grpc-listen") {
@@ -114,7 +107,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConfig(tt.args, env(tt.env), &bytes.Buffer{})
+			got, err := ParseConfig(tt.args, flagenv.Map(tt.env), &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -140,7 +133,7 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig(tt.args, env(tt.env), &bytes.Buffer{})
+			_, err := ParseConfig(tt.args, flagenv.Map(tt.env), &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want one mentioning %q", err, tt.want)
 			}
@@ -272,7 +265,7 @@ func TestValidateRef(t *testing.T) {
 
 func TestRunRejectsInvalidConfigBeforeStarting(t *testing.T) {
 	t.Parallel()
-	err := Run(t.Context(), []string{"--claim-timeout=0s"}, env(map[string]string{"POD_NAME": ""}), &bytes.Buffer{})
+	err := Run(t.Context(), []string{"--claim-timeout=0s"}, flagenv.Map(map[string]string{"POD_NAME": ""}), &bytes.Buffer{})
 	if err == nil {
 		t.Fatal("Run succeeded with an invalid config")
 	}

@@ -32,6 +32,15 @@ func Names(fs *flag.FlagSet, extra Vars) Vars {
 	return v
 }
 
+// Map returns a lookup over m with the signature of package os's LookupEnv:
+// the environment tests pass to Parse.
+func Map(m map[string]string) func(string) (string, bool) {
+	return func(name string) (string, bool) {
+		v, ok := m[name]
+		return v, ok
+	}
+}
+
 // Parse parses args into fs, then sets each flag that args (or an earlier
 // fs.Set) left unset from the first of its variables that getenv finds
 // non-empty, through fs.Set. getenv has the signature of package os's

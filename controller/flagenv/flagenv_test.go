@@ -12,15 +12,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// env is a lookup over a map, as package os's LookupEnv is over the
-// environment.
-func env(kv map[string]string) func(string) (string, bool) {
-	return func(k string) (string, bool) {
-		v, ok := kv[k]
-		return v, ok
-	}
-}
-
 // values is what testFlags' flags hold.
 type values struct {
 	Name  string
@@ -128,7 +119,7 @@ func TestParse(t *testing.T) {
 			t.Parallel()
 			var got values
 			fs, vars := testFlags(&got)
-			err := Parse(fs, vars, tt.args, env(tt.env))
+			err := Parse(fs, vars, tt.args, Map(tt.env))
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatalf("Parse = nil, want an error; values %+v", got)
@@ -178,7 +169,7 @@ func TestParsePanicsOnVariablesOfNoFlag(t *testing.T) {
 			t.Errorf("recover() = %v, want a panic naming --nmae", r)
 		}
 	}()
-	_ = Parse(fs, vars, nil, env(nil))
+	_ = Parse(fs, vars, nil, Map(nil))
 }
 
 func TestName(t *testing.T) {
