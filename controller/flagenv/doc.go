@@ -5,9 +5,9 @@
 // variables in a Vars (Names gives every flag its SKIPPER_<FLAG> variable,
 // followed by any others, such as the downward API's POD_NAME), and calls
 // Parse with the command line and a lookup function: package os's
-// LookupEnv, passed down from main, or a map's lookup in tests. The package reads no
-// environment of its own and imports only the standard library, so the
-// router and the controller may both use it.
+// LookupEnv, passed down from main, or Map's lookup over a map in tests.
+// The package reads no environment of its own and imports only the
+// standard library, so the router and the controller may both use it.
 //
 // Parse's rules, the same for every binary:
 //   - a flag on the command line wins, and its variables are not read;
