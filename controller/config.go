@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"skipper.dev/skipper/controller/flagenv"
 )
 
 // Config is everything the controller binary can be told. Defaults live in
@@ -170,28 +172,20 @@ func DefaultConfig() Config {
 	}
 }
 
-// envPrefix is prepended to a flag's upper-snake name to form its env fallback.
-const envPrefix = "SKIPPER_"
-
-// envName returns the env variable that backs flag name.
-func envName(flagName string) string {
-	return envPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
-}
-
 // downwardEnv are the env variables the Deployment sets through the downward
-// API; they are consulted after the SKIPPER_* fallback of the same flag.
-var downwardEnv = map[string]string{
-	"pod-name":      "POD_NAME",
-	"pod-namespace": "POD_NAMESPACE",
-	"pod-ip":        "POD_IP",
+// API; they are read after the SKIPPER_* variable of the same flag.
+var downwardEnv = flagenv.Vars{
+	"pod-name":      {"POD_NAME"},
+	"pod-namespace": {"POD_NAMESPACE"},
+	"pod-ip":        {"POD_IP"},
 }
 
 // ParseConfig parses args over DefaultConfig. A flag's value comes from, in
 // order: the command line, SKIPPER_<FLAG>, the downward API variable named in
-// its help (pod-name, pod-namespace, pod-ip), the default. getenv is
-// os.Getenv in production. On --help it writes the usage to out and returns
-// flag.ErrHelp.
-func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Config, error) {
+// its help (pod-name, pod-namespace, pod-ip), the default, by flagenv's
+// rules. getenv is package os's LookupEnv in production. On --help it
+// writes the usage to out and returns flag.ErrHelp.
+func ParseConfig(args []string, getenv func(string) (string, bool), out io.Writer) (Config, error) {
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("skipper-controller", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -235,40 +229,18 @@ func ParseConfig(args []string, getenv func(string) string, out io.Writer) (Conf
 	fs.StringVar(&c.TLSDir, "tls-dir", "", "`directory` holding tls.crt, tls.key and ca.crt (a cert-manager Secret, mounted): the gRPC port serves TLS with them, and forwards to other replicas verify them against ca.crt and --tls-server-name; re-read within a second of a change, the last good files kept when new ones do not parse; a bad directory fails the start; empty: plaintext")
 	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "DNS `name` every replica's certificate carries, verified on forwards whatever pod IP is dialled (routers verify the same name); empty: <controller-service>.<pod-namespace>.svc")
 
-	// Env fallbacks are applied as if given first on the command line, so the
-	// command line wins and every value goes through the flag's own parser.
-	var envErrs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		v := getenv(envName(f.Name))
-		if v == "" {
-			if d, ok := downwardEnv[f.Name]; ok {
-				v = getenv(d)
-			}
-		}
-		if v == "" {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			envErrs = append(envErrs, fmt.Errorf("%s: %w", envName(f.Name), err))
-		}
-	})
-	if err := errors.Join(envErrs...); err != nil {
-		return c, err
-	}
-	if err := fs.Parse(args); err != nil {
+	vars := flagenv.Names(fs, downwardEnv)
+	if err := flagenv.Parse(fs, vars, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			writeUsage(out, fs)
+			writeUsage(out, fs, vars)
 		}
 		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments: %q", fs.Args())
 	}
 	c.Namespaces = splitList(namespaces)
 	return c, nil
 }
 
-func writeUsage(w io.Writer, fs *flag.FlagSet) {
+func writeUsage(w io.Writer, fs *flag.FlagSet, vars flagenv.Vars) {
 	fmt.Fprintf(w, "Usage: skipper-controller [flags]\n\n")
 	fmt.Fprintf(w, "Runs a Skipper controller replica: owns the Functions the ring assigns it,\n")
 	fmt.Fprintf(w, "claims warm pool pods for them and serves gRPC skipper.v1.Controller.\n")
@@ -281,10 +253,7 @@ func writeUsage(w io.Writer, fs *flag.FlagSet) {
 		arg, usage := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  --%s %s\n", f.Name, arg)
 		fmt.Fprintf(w, "\t%s\n", usage)
-		env := envName(f.Name)
-		if d, ok := downwardEnv[f.Name]; ok {
-			env += ", then $" + d
-		}
+		env := strings.Join(vars[f.Name], ", then $")
 		if f.DefValue != "" {
 			fmt.Fprintf(w, "\tdefault %s; env $%s\n", f.DefValue, env)
 		} else {

@@ -11,16 +11,15 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
 
+	"skipper.dev/skipper/controller/flagenv"
 	"skipper.dev/skipper/tests/golden"
 )
 
-func env(kv map[string]string) func(string) string {
-	return func(k string) string { return kv[k] }
-}
-
 func TestHelpGolden(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
-	_, err := ParseConfig([]string{"--help"}, env(nil), &out)
+	// The usage does not depend on the environment, even a bad one.
+	_, err := ParseConfig([]string{"--help"}, flagenv.Map(map[string]string{"SKIPPER_GRPC_LISTEN": "198.18.1.5:1", "SKIPPER_CLAIM_TIMEOUT": "soon"}), &out)
 	if !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("ParseConfig(--help) error = %v, want flag.ErrHelp", err)
 	}
@@ -28,8 +27,9 @@ func TestHelpGolden(t *testing.T) {
 }
 
 func TestRunHelpReturnsNil(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, &out); err != nil {
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatalf("Run(--help) = %v", err)
 	}
 	if !strings.Contains(out.String(), "--grpc-listen") {
@@ -38,6 +38,7 @@ func TestRunHelpReturnsNil(t *testing.T) {
 }
 
 func TestParseConfig(t *testing.T) {
+	t.Parallel()
 	base := func(f func(*Config)) Config {
 		c := DefaultConfig()
 		f(&c)
@@ -60,6 +61,17 @@ func TestParseConfig(t *testing.T) {
 			args: []string{"--pod-name", "from-flag"},
 			env:  map[string]string{"POD_NAME": "downward", "SKIPPER_POD_NAME": "skipper", "SKIPPER_POD_NAMESPACE": "ns1", "POD_NAMESPACE": "ns2"},
 			want: base(func(c *Config) { c.PodName, c.PodNamespace = "from-flag", "ns1" }),
+		},
+		{
+			name: "an empty SKIPPER_ env counts as unset",
+			env:  map[string]string{"SKIPPER_POD_NAME": "", "POD_NAME": "downward", "SKIPPER_CLAIM_TIMEOUT": ""},
+			want: base(func(c *Config) { c.PodName = "downward" }),
+		},
+		{
+			name: "a flag shadows a bad env value",
+			args: []string{"--claim-timeout=3s"},
+			env:  map[string]string{"SKIPPER_CLAIM_TIMEOUT": "soon"},
+			want: base(func(c *Config) { c.ClaimTimeout = 3 * time.Second }),
 		},
 		{
 			name: "durations and lists",
@@ -95,7 +107,7 @@ func TestParseConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConfig(tt.args, env(tt.env), &bytes.Buffer{})
+			got, err := ParseConfig(tt.args, flagenv.Map(tt.env), &bytes.Buffer{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -107,19 +119,21 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestParseConfigErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		args []string
 		env  map[string]string
 		want string
 	}{
-		{name: "bad env duration", env: map[string]string{"SKIPPER_CLAIM_TIMEOUT": "soon"}, want: "SKIPPER_CLAIM_TIMEOUT"},
+		{name: "bad env duration", env: map[string]string{"SKIPPER_CLAIM_TIMEOUT": "soon"}, want: `invalid value "soon" for flag --claim-timeout from SKIPPER_CLAIM_TIMEOUT`},
+		{name: "bad env int among good ones", env: map[string]string{"POD_NAME": "ctl-0", "POD_IP": "198.18.1.5", "SKIPPER_KUBE_API_BURST": "lots"}, want: "--kube-api-burst from SKIPPER_KUBE_API_BURST"},
 		{name: "unknown flag", args: []string{"--nope"}, want: "nope"},
 		{name: "positional", args: []string{"extra"}, want: "unexpected arguments"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig(tt.args, env(tt.env), &bytes.Buffer{})
+			_, err := ParseConfig(tt.args, flagenv.Map(tt.env), &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %v, want one mentioning %q", err, tt.want)
 			}
@@ -250,10 +264,8 @@ func TestValidateRef(t *testing.T) {
 }
 
 func TestRunRejectsInvalidConfigBeforeStarting(t *testing.T) {
-	t.Setenv("POD_NAME", "")
-	t.Setenv("POD_NAMESPACE", "")
-	t.Setenv("POD_IP", "")
-	err := Run(t.Context(), []string{"--claim-timeout=0s"}, &bytes.Buffer{})
+	t.Parallel()
+	err := Run(t.Context(), []string{"--claim-timeout=0s"}, flagenv.Map(map[string]string{"POD_NAME": ""}), &bytes.Buffer{})
 	if err == nil {
 		t.Fatal("Run succeeded with an invalid config")
 	}

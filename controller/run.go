@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,10 +32,11 @@ import (
 )
 
 // Run runs a controller replica until ctx ends, then shuts down gracefully.
-// args are the command-line flags (without the program name); logs go to
-// stderr. --help prints the usage to stderr and returns nil.
-func Run(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := ParseConfig(args, os.Getenv, stderr)
+// args are the command-line flags (without the program name), getenv looks
+// up their environment fallbacks (package os's LookupEnv, from main); logs
+// go to stderr. --help prints the usage to stderr and returns nil.
+func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+	cfg, err := ParseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

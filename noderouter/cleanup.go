@@ -7,9 +7,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
-	"strings"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/controller/flagenv"
 	"skipper.dev/skipper/noderouter/localaddr"
 )
 
@@ -23,28 +23,19 @@ type CleanupConfig struct {
 }
 
 // ParseCleanupConfig parses bpf-cleanup's flags with the router's defaults
-// and env fallbacks. It returns flag.ErrHelp after writing usage to w.
-func ParseCleanupConfig(args []string, w io.Writer) (CleanupConfig, error) {
+// and env fallbacks, looked up by getenv, by flagenv's rules. It returns
+// flag.ErrHelp after writing usage to w.
+func ParseCleanupConfig(args []string, getenv func(string) (string, bool), w io.Writer) (CleanupConfig, error) {
 	d := DefaultConfig()
 	c := CleanupConfig{BPFPinDir: d.BPFPinDir, LocalAddress: d.LocalAddress}
 	fs := flag.NewFlagSet("skipper-noderouter bpf-cleanup", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&c.BPFPinDir, "bpf-pin-dir", c.BPFPinDir, "bpffs directory whose pinned steering links are detached and pins removed; empty: skip")
 	fs.StringVar(&c.LocalAddress, "local-address", c.LocalAddress, "node-local address removed from lo (label lo:skipper); dummy link skipper0 is always removed; empty: only skipper0")
-	env := map[string][]string{"bpf-pin-dir": {"SKIPPER_BPF_PIN_DIR"}, "local-address": {"SKIPPER_LOCAL_ADDRESS"}}
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		for _, e := range env[f.Name] {
-			if v, ok := os.LookupEnv(e); ok && v != "" {
-				if err := f.Value.Set(v); err != nil {
-					errs = append(errs, fmt.Errorf("env %s=%q: %w", e, v, err))
-				}
-			}
-		}
-	})
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(w, `Usage: skipper-noderouter bpf-cleanup [flags]
+	vars := flagenv.Names(fs, nil)
+	err := flagenv.Parse(fs, vars, args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(w, `Usage: skipper-noderouter bpf-cleanup [flags]
 
 Uninstalls what the router leaves on a node: detaches the pinned BPF steering
 links (even from a router still running) and removes every pin under
@@ -54,15 +45,10 @@ CAP_NET_ADMIN and write access to the pin directory.
 
 Flags (each falls back to the environment variables shown; flags win):
 `)
-			fs.VisitAll(func(f *flag.Flag) {
-				fmt.Fprintf(w, "  --%s\n        %s\n        default %q; env %s\n", f.Name, f.Usage, f.DefValue, strings.Join(env[f.Name], ", "))
-			})
-		}
+		flagenv.PrintFlags(w, fs, vars)
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
-	}
+	errs := []error{err}
 	if c.LocalAddress != "" {
 		if a, err := netip.ParseAddr(c.LocalAddress); err != nil || !a.Is4() {
 			errs = append(errs, fmt.Errorf("--local-address %q: want an IPv4 address, or empty", c.LocalAddress))
@@ -71,8 +57,11 @@ Flags (each falls back to the environment variables shown; flags win):
 	return c, errors.Join(errs...)
 }
 
+// runCleanup is bpf-cleanup over the process's environment: Run (run.go)
+// does not yet take the lookup from main as the other binaries' Run do
+// (issue 32).
 func runCleanup(args []string, stderr io.Writer) error {
-	c, err := ParseCleanupConfig(args, stderr)
+	c, err := ParseCleanupConfig(args, os.LookupEnv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"skipper.dev/skipper/controller/flagenv"
 	"skipper.dev/skipper/tests/golden"
 )
 
@@ -30,17 +32,15 @@ func fromEnv(c *Config) {
 }
 
 func TestParseConfig(t *testing.T) {
-	for _, k := range []string{"KUBECONFIG", "POD_NAMESPACE", "SKIPPER_NODE_NAME", "SKIPPER_LISTEN", "SKIPPER_DEFAULT_NAMESPACE",
-		"SKIPPER_BPF", "SKIPPER_BPF_CGROUP", "SKIPPER_BPF_PIN_DIR", "SKIPPER_BPF_MAX_AGE", "SKIPPER_LOCAL_ADDRESS", "SKIPPER_LOCAL_PORT"} {
-		t.Setenv(k, "") // ignore the caller's environment; empty means unset
+	t.Parallel()
+	env := map[string]string{ // fromEnv; empty means unset
+		"NODE_NAME": "node-env", "SKIPPER_POD_NAME": "", "POD_NAME": "router-env", "SKIPPER_LISTEN": "",
+		"SKIPPER_COLD_START_TIMEOUT": "3s", "SKIPPER_CONTROLLER_ADDRESSES": "198.18.1.5:9090, 198.18.1.6:9090",
 	}
-	t.Setenv("NODE_NAME", "node-env")
-	t.Setenv("POD_NAME", "router-env")
-	t.Setenv("SKIPPER_COLD_START_TIMEOUT", "3s")
-	t.Setenv("SKIPPER_CONTROLLER_ADDRESSES", "198.18.1.5:9090, 198.18.1.6:9090")
 	tests := []struct {
 		name    string
 		args    []string
+		env     map[string]string // over env
 		want    func(*Config)
 		wantErr []string
 	}{
@@ -145,11 +145,28 @@ func TestParseConfig(t *testing.T) {
 		{name: "unknown bpf mode", args: []string{"--bpf=maybe"}, wantErr: []string{`--bpf "maybe"`}},
 		{name: "IPv6 local address", args: []string{"--local-address=fd00::1"}, wantErr: []string{`--local-address "fd00::1"`}},
 		{name: "bad duration", args: []string{"--report-interval=soon"}, wantErr: []string{"report-interval"}},
+		{
+			name:    "bad env values, each named with its flag",
+			env:     map[string]string{"SKIPPER_REPORT_INTERVAL": "soon", "SKIPPER_MAX_QUEUE": "lots", "SKIPPER_CALLER_INDEX": "maybe"},
+			wantErr: []string{`"soon" for flag --report-interval from SKIPPER_REPORT_INTERVAL`, `"lots" for flag --max-queue from SKIPPER_MAX_QUEUE`, `"maybe" for flag --caller-index from SKIPPER_CALLER_INDEX`},
+		},
+		{
+			name: "sidecar from the environment",
+			env:  map[string]string{"SKIPPER_MODE": "sidecar", "SKIPPER_LISTEN": "127.0.0.1:9000"},
+			want: func(c *Config) {
+				fromEnv(c)
+				c.Mode = ModeSidecar
+				c.Listen, c.AdminListen = "127.0.0.1:9000", SidecarAdminListen
+				c.LocalAddress, c.BPF, c.CgroupRoot = "", BPFOff, ""
+			},
+		},
 		{name: "stray argument", args: []string{"extra"}, wantErr: []string{"unexpected arguments"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConfig(tt.args, io.Discard)
+			e := maps.Clone(env)
+			maps.Copy(e, tt.env)
+			got, err := parseConfig(tt.args, flagenv.Map(e), io.Discard)
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatal("want an error")
@@ -192,8 +209,8 @@ func TestCleanupHelpGolden(t *testing.T) {
 }
 
 func TestParseCleanupConfig(t *testing.T) {
-	t.Setenv("SKIPPER_LOCAL_ADDRESS", "")
-	t.Setenv("SKIPPER_BPF_PIN_DIR", "/sys/fs/bpf/from-env")
+	t.Parallel()
+	env := flagenv.Map(map[string]string{"SKIPPER_LOCAL_ADDRESS": "", "SKIPPER_BPF_PIN_DIR": "/sys/fs/bpf/from-env"})
 	tests := []struct {
 		name    string
 		args    []string
@@ -203,11 +220,12 @@ func TestParseCleanupConfig(t *testing.T) {
 		{name: "defaults and env", want: CleanupConfig{BPFPinDir: "/sys/fs/bpf/from-env", LocalAddress: "169.254.20.20"}},
 		{name: "flags win", args: []string{"--bpf-pin-dir=/sys/fs/bpf/x", "--local-address="}, want: CleanupConfig{BPFPinDir: "/sys/fs/bpf/x"}},
 		{name: "bad address", args: []string{"--local-address=nope"}, wantErr: `--local-address "nope"`},
+		{name: "stray argument and bad address at once", args: []string{"--local-address=nope", "now"}, wantErr: `unexpected arguments: ["now"]` + "\n" + `--local-address "nope"`},
 		{name: "stray argument", args: []string{"now"}, wantErr: "unexpected arguments"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseCleanupConfig(tt.args, io.Discard)
+			got, err := ParseCleanupConfig(tt.args, env, io.Discard)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)

@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"skipper.dev/skipper/controller/flagenv"
 )
 
 // listFlag is a comma-separated list.
@@ -30,21 +32,20 @@ func (l listFlag) Set(s string) error {
 	return nil
 }
 
-// flagSet binds c's fields to flags and records each flag's env fallbacks.
-func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
+// flagSet binds c's fields to flags and names each flag's env fallbacks:
+// its SKIPPER_<FLAG>, then the downward API's variable where it has one.
+func (c *Config) flagSet() (*flag.FlagSet, flagenv.Vars) {
 	fs := flag.NewFlagSet("skipper-noderouter", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	env := map[string][]string{}
-	envs := func(name string, extra ...string) {
-		env[name] = append([]string{"SKIPPER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))}, extra...)
-	}
+	downward := flagenv.Vars{}
 	str := func(p *string, name, usage string, extra ...string) {
 		fs.StringVar(p, name, *p, usage)
-		envs(name, extra...)
+		if len(extra) > 0 {
+			downward[name] = extra
+		}
 	}
 	dur := func(p *time.Duration, name, usage string) {
 		fs.DurationVar(p, name, *p, usage)
-		envs(name)
 	}
 	str(&c.Listen, "listen", "data-plane address; the DaemonSet passes $(HOST_IP):8380")
 	str(&c.AdminListen, "admin-listen", "address of /metrics, /healthz and /readyz; the DaemonSet passes $(HOST_IP):8381")
@@ -54,12 +55,10 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	str(&c.PodNamespace, "pod-namespace", "router pod's namespace (downward API metadata.namespace)", "POD_NAMESPACE")
 	str(&c.PodServiceAccount, "pod-service-account", "router pod's ServiceAccount (downward API spec.serviceAccountName); a sidecar's calls are its own pod's, so this and --pod-namespace say who they come from for functions that list callers (spec.callers); unset: a sidecar's calls to such functions get 403 caller_unknown", "POD_SERVICE_ACCOUNT")
 	fs.BoolVar(&c.CallerIndex, "caller-index", c.CallerIndex, "a DaemonSet router watches every pod of the cluster (list and watch of pods, kept small) to tell which pod a call came from by its source address, for functions that list callers (spec.callers); false: calls to such functions get 403 caller_unknown; sidecars never watch (their calls are their own pod's)")
-	envs("caller-index")
 	str(&c.ControllerService, "controller-service", "headless Service of the controllers; its ready EndpointSlice endpoints are the ring members")
 	str(&c.ControllerNamespace, "controller-namespace", "namespace of --controller-service")
 	str(&c.ControllerPortName, "controller-port-name", "EndpointSlice port of the controllers' gRPC server (the first port when none has this name)")
 	fs.Var(listFlag{&c.ControllerAddresses}, "controller-addresses", "static comma-separated controller ip:port list; replaces the EndpointSlice informer (tests without Kubernetes)")
-	envs("controller-addresses")
 	str(&c.TokenFile, "token-file", "projected ServiceAccount token (audience skipper) sent to the controllers as authorization: Bearer, re-read as it is renewed; a path missing at start sends none (controllers with --auth tokenreview then refuse the router); empty: none")
 	str(&c.ControllerTLSDir, "controller-tls-dir", "directory holding ca.crt (the controllers' Secret skipper-controller-tls, or a ConfigMap with its CA where that Secret cannot be mounted): controllers are dialled over TLS and their certificates verified against it and --controller-tls-server-name; re-read within a second of a change, the last good one kept when a new one does not parse; a bad directory fails the start; empty: plaintext (controllers must not run with --tls-dir)")
 	str(&c.ControllerTLSServerName, "controller-tls-server-name", "DNS name the controllers' certificates carry, verified whatever pod IP is dialled (never resolved); empty: <controller-service>.<controller-namespace>.svc")
@@ -68,7 +67,6 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	dur(&c.ColdStartTimeout, "cold-start-timeout", "bound of a cache miss (GetInstance); then 503 with Retry-After")
 	dur(&c.NegativeCacheTTL, "negative-cache-ttl", "a function the controller reported unknown is answered 404 without asking again for this long; 0: off; at most 1s")
 	fs.IntVar(&c.NegativeCacheSize, "negative-cache-size", c.NegativeCacheSize, "unknown function names remembered at most (the oldest is dropped first); 0: off")
-	envs("negative-cache-size")
 	dur(&c.RequestTimeout, "request-timeout", "bound of a proxied request when the function sets no timeout; 0: none")
 	dur(&c.ReportInterval, "report-interval", "interval of the load report sent to each connected controller")
 	dur(&c.ReconnectMin, "reconnect-min", "first backoff between controller stream attempts (jittered, doubling)")
@@ -77,82 +75,60 @@ func (c *Config) flagSet() (*flag.FlagSet, map[string][]string) {
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "then wait at most this long for in-flight requests (drain-delay + this < terminationGracePeriodSeconds)")
 	dur(&c.DialTimeout, "dial-timeout", "bound of a TCP connect to an instance")
 	fs.IntVar(&c.MaxIdleConnsPerHost, "max-idle-conns-per-host", c.MaxIdleConnsPerHost, "keep-alive connections kept per instance")
-	envs("max-idle-conns-per-host")
 	fs.IntVar(&c.PreconnectPoolPods, "preconnect-pool-pods", c.PreconnectPoolPods, "a DaemonSet router keeps one idle connection open to each ready, unclaimed pool pod, up to this many, so that a function's first call finds its instance connected (opened and renewed with the instance's GET of its assignment; needs the pod watch, so a Kubernetes client; the h1 and loop forwarders); 0: none")
-	envs("preconnect-pool-pods")
 	dur(&c.IdleConnTimeout, "idle-conn-timeout", "idle instance connections are closed after this")
 	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "sends of a request at most, the first included, when it failed before any response (dial failure; broken connection of an idempotent request with no body sent)")
-	envs("max-attempts")
 	fs.IntVar(&c.MaxQueue, "max-queue", c.MaxQueue, "requests per function that wait, each at most --cold-start-timeout, while every instance is at the function's concurrencyLimit; more: 503 with Retry-After; 0: no queue")
-	envs("max-queue")
 	dur(&c.RetryBackoffBase, "retry-backoff-base", "wait before the first retry (jittered, doubling per retry)")
 	dur(&c.RetryBackoffMax, "retry-backoff-max", "longest wait before a retry")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", c.MaxHeaderBytes, "largest request header accepted; larger: 431")
-	envs("max-header-bytes")
 	str(&c.Forwarder, "forwarder", "what forwards HTTP/1.1 requests: loop, event loops (one goroutine and epoll set each, nginx's way) serve warm bodiless GETs and HEADs whose answers have a length, and hand everything else with its connection to h1; h1, the router's own goroutine path alone (the goroutine that reads a request sends it on a pooled instance connection and copies the answer back, no hand-off); or nethttp (Go's net/http server and httputil.ReverseProxy); h2c callers are always served by net/http")
 	fs.IntVar(&c.Loops, "loops", c.Loops, "event loops with --forwarder=loop; 0: one fewer than GOMAXPROCS, at least one (a P is left idle for the rest of the router: with every P in a loop, each wait in epoll makes the runtime start a spinning thread)")
-	envs("loops")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request body accepted, in bytes; larger: 413 with a JSON reason (body_too_large), at once for a Content-Length over it, as the body streams otherwise; 0: no limit")
-	envs("max-body-bytes")
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests the router handles at once, across all functions (queued and cold ones included); more: 503 with Retry-After and a JSON reason (router_overloaded); 0: no limit")
-	envs("max-in-flight")
 	dur(&c.CacheIdleTimeout, "cache-idle-timeout", "a function's cache entry with no request for this long and no instance assigned is dropped with its metric series; the next request asks the controller again")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.CgroupRoot, "cgroup-root", "directory below each cgroup hierarchy's mount (from /proc/mounts) where the pods' cgroups are found by the kubelet's naming; the CPU and memory of this node's instances are read there for the reports (a DaemonSet mounts the host's /sys/fs/cgroup); empty: not read")
 	str(&c.LocalAddress, "local-address", "node-local IPv4 address kept on dummy link skipper0 (or as lo:skipper where dummy links are unsupported) and served on at --local-port; BPF steers calls there; needs CAP_NET_ADMIN (and CAP_NET_BIND_SERVICE for a port below 1024); empty: off")
 	fs.IntVar(&c.LocalPort, "local-port", c.LocalPort, "data-plane port on --local-address")
-	envs("local-port")
 	dur(&c.LocalAddressInterval, "local-address-interval", "how often --local-address is checked and restored if removed")
 	str(&c.BPF, "bpf", "eBPF steering of calls to --bpf-vips to --local-address: off; auto (on when the kernel and capabilities allow, otherwise logged and off); required (start-up fails without it)")
 	str(&c.BPFCgroup, "bpf-cgroup", "cgroup2 directory whose sockets are steered: absolute (or its unified/ subdirectory on a hybrid host; in a DaemonSet the host's /sys/fs/cgroup by hostPath), relative to the cgroup2 mount (the local cluster passes skipper/<node>), or empty: the cgroup2 mount in /proc/mounts")
 	str(&c.BPFPinDir, "bpf-pin-dir", "bpffs directory where steering is pinned so it survives router restarts; empty: not pinned")
 	fs.Var(listFlag{&c.BPFVIPs}, "bpf-vips", "comma-separated ip:port list of steered destinations; empty: the ClusterIPs and ports of --bpf-service, followed as it changes")
-	envs("bpf-vips")
 	fs.BoolVar(&c.BPFSkMsg, "bpf-sk-msg", c.BPFSkMsg, "with BPF steering, also redirect payload between steered callers' sockets and this router's (sk_msg on a sockhash), skipping the TCP/IP stack on the node")
-	envs("bpf-sk-msg")
 	str(&c.BPFService, "bpf-service", "the router's own Service in --controller-namespace, whose ClusterIP:port pairs are steered when --bpf-vips is empty")
 	dur(&c.BPFMaxAge, "bpf-max-age", "steering stays on this long after the router's last liveness heartbeat (sent every quarter of it), then calls fail open to the Service")
-	return fs, env
+	return fs, flagenv.Names(fs, downward)
 }
 
-// ParseConfig builds a Config from the defaults, the environment and args
-// (flags win over the environment). It returns flag.ErrHelp after writing
-// usage to w for --help, and a validated Config otherwise.
+// ParseConfig is parseConfig over the process's environment, for Run
+// (run.go), which does not yet take the lookup from main as the other
+// binaries' Run do (issue 32).
 func ParseConfig(args []string, w io.Writer) (Config, error) {
+	return parseConfig(args, os.LookupEnv, w)
+}
+
+// parseConfig builds a Config from the defaults, the environment variables
+// getenv looks up and args, by flagenv's rules (flags win over the
+// environment). It returns flag.ErrHelp after writing usage to w for
+// --help, and a validated Config otherwise.
+func parseConfig(args []string, getenv func(string) (string, bool), w io.Writer) (Config, error) {
 	c := DefaultConfig()
-	fs, env := c.flagSet()
-	var errs []error
-	set := map[string]bool{} // by flag or environment
-	fs.VisitAll(func(f *flag.Flag) {
-		for _, e := range env[f.Name] {
-			if v, ok := os.LookupEnv(e); ok && v != "" {
-				if err := f.Value.Set(v); err != nil {
-					errs = append(errs, fmt.Errorf("env %s=%q: %w", e, v, err))
-				}
-				set[f.Name] = true
-				return
-			}
-		}
-	})
-	if err := fs.Parse(args); err != nil {
+	fs, vars := c.flagSet()
+	if err := flagenv.Parse(fs, vars, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			writeUsage(w, fs, env)
-			return c, err
+			writeUsage(w, fs, vars)
 		}
 		return c, err
 	}
+	set := map[string]bool{} // by flag or environment
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	c.applyModeDefaults(set)
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return c, err
-	}
 	return c, c.Validate()
 }
 
-func writeUsage(w io.Writer, fs *flag.FlagSet, env map[string][]string) {
+func writeUsage(w io.Writer, fs *flag.FlagSet, vars flagenv.Vars) {
 	fmt.Fprint(w, `Usage: skipper-noderouter [flags]
 
 skipper-noderouter routes HTTP calls to Skipper functions from the node they
@@ -168,9 +144,5 @@ Subcommands:
 
 Flags (each falls back to the environment variables shown; flags win):
 `)
-	fs.VisitAll(func(f *flag.Flag) {
-		fmt.Fprintf(w, "  --%s\n", f.Name)
-		fmt.Fprintf(w, "        %s\n", f.Usage)
-		fmt.Fprintf(w, "        default %q; env %s\n", f.DefValue, strings.Join(env[f.Name], ", "))
-	})
+	flagenv.PrintFlags(w, fs, vars)
 }

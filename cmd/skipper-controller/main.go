@@ -15,7 +15,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := controller.Run(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := controller.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "skipper-controller:", err)
 		stop()
 		os.Exit(1)

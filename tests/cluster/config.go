@@ -7,9 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
+
+	"skipper.dev/skipper/controller/flagenv"
 )
 
 // Config is the configuration of `skipper-cluster up` and `down`.
@@ -163,31 +164,6 @@ func (l *listFlag) Set(v string) error {
 	return nil
 }
 
-func envOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
-	}
-	return def
-}
-
-func envDuration(key string, def time.Duration) time.Duration {
-	if v, ok := os.LookupEnv(key); ok {
-		if d, err := time.ParseDuration(v); err == nil {
-			return d
-		}
-	}
-	return def
-}
-
-func envInt(key string, def int) int {
-	if v, ok := os.LookupEnv(key); ok {
-		if n, err := strconv.Atoi(v); err == nil {
-			return n
-		}
-	}
-	return def
-}
-
 const usageHead = `skipper-cluster runs Skipper's local Kubernetes cluster (root only).
 
 Usage:
@@ -220,33 +196,35 @@ through node 1's router, writes .skipper/env and prints one line
 'skipper: ready ...'.
 `
 
-// parseFlags parses the flags of up and down into a Config.
-func parseFlags(cmd string, args []string, stderr io.Writer) (*Config, error) {
+// parseFlags parses the flags of up and down into a Config, each falling
+// back to the variable named in its usage, looked up by getenv, by
+// flagenv's rules.
+func parseFlags(cmd string, args []string, getenv func(string) (string, bool), stderr io.Writer) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("skipper-cluster "+cmd, flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&c.RepoDir, "repo", envOr("SKIPPER_REPO", ""), "repository root; relative paths resolve against it (default: working directory) [SKIPPER_REPO]")
-	fs.StringVar(&c.State.Dir, "state-dir", envOr("SKIPPER_STATE_DIR", ".skipper"), "state directory: pki, pid files, logs, env, nodes/ (each node's containerd, kubelet and CNI state) [SKIPPER_STATE_DIR]")
-	fs.StringVar(&c.BinDir, "bin-dir", envOr("SKIPPER_BIN_DIR", "bin"), "directory with kube's symlinks and the Skipper binaries [SKIPPER_BIN_DIR]")
-	fs.IntVar(&c.Nodes, "nodes", envInt("SKIPPER_NODES", 2), "number of nodes [SKIPPER_NODES]")
+	fs.StringVar(&c.RepoDir, "repo", "", "repository root; relative paths resolve against it (default: working directory) [SKIPPER_REPO]")
+	fs.StringVar(&c.State.Dir, "state-dir", ".skipper", "state directory: pki, pid files, logs, env, nodes/ (each node's containerd, kubelet and CNI state) [SKIPPER_STATE_DIR]")
+	fs.StringVar(&c.BinDir, "bin-dir", "bin", "directory with kube's symlinks and the Skipper binaries [SKIPPER_BIN_DIR]")
+	fs.IntVar(&c.Nodes, "nodes", 2, "number of nodes [SKIPPER_NODES]")
 	c.Apply = []string{"deploy/overlays/local", "deploy/overlays/local-examples"}
 	fs.Var(&listFlag{vals: &c.Apply}, "apply", "kustomize directory to apply, in order; repeatable; an empty value applies nothing")
-	fs.StringVar(&c.Function, "function", envOr("SKIPPER_READY_FUNCTION", "default/echo"), "function that must answer through node 1's router before 'ready'; empty: do not wait [SKIPPER_READY_FUNCTION]")
-	fs.StringVar(&c.ProxyMode, "proxy-mode", envOr("SKIPPER_PROXY_MODE", ProxyIPTables), "kube-proxy mode on every node: iptables, nftables, or none (no kube-proxy; Service ClusterIPs do not work) [SKIPPER_PROXY_MODE]")
-	fs.DurationVar(&c.StartTimeout, "start-timeout", envDuration("SKIPPER_START_TIMEOUT", 90*time.Second), "bound on each control-plane component's start [SKIPPER_START_TIMEOUT]")
-	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", envDuration("SKIPPER_READY_TIMEOUT", 120*time.Second), "bound on the wait for a Ready node, the manifests and the function's answer [SKIPPER_READY_TIMEOUT]")
-	fs.DurationVar(&c.StopTimeout, "stop-timeout", envDuration("SKIPPER_STOP_TIMEOUT", 10*time.Second), "grace between SIGTERM and SIGKILL for each process [SKIPPER_STOP_TIMEOUT]")
-	fs.DurationVar(&c.LockWait, "lock-wait", envDuration("SKIPPER_LOCK_WAIT", 5*time.Minute), "how long 'up' waits for another local cluster on this machine (one with another state dir, e.g. a test's) to stop; 0 refuses at once [SKIPPER_LOCK_WAIT]")
+	fs.StringVar(&c.Function, "function", "default/echo", "function that must answer through node 1's router before 'ready'; empty: do not wait [SKIPPER_READY_FUNCTION]")
+	fs.StringVar(&c.ProxyMode, "proxy-mode", ProxyIPTables, "kube-proxy mode on every node: iptables, nftables, or none (no kube-proxy; Service ClusterIPs do not work) [SKIPPER_PROXY_MODE]")
+	fs.DurationVar(&c.StartTimeout, "start-timeout", 90*time.Second, "bound on each control-plane component's start [SKIPPER_START_TIMEOUT]")
+	fs.DurationVar(&c.ReadyTimeout, "ready-timeout", 120*time.Second, "bound on the wait for a Ready node, the manifests and the function's answer [SKIPPER_READY_TIMEOUT]")
+	fs.DurationVar(&c.StopTimeout, "stop-timeout", 10*time.Second, "grace between SIGTERM and SIGKILL for each process [SKIPPER_STOP_TIMEOUT]")
+	fs.DurationVar(&c.LockWait, "lock-wait", 5*time.Minute, "how long 'up' waits for another local cluster on this machine (one with another state dir, e.g. a test's) to stop; 0 refuses at once [SKIPPER_LOCK_WAIT]")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), usageHead)
 		fmt.Fprint(fs.Output(), "\nFlags (environment fallbacks in brackets):\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
+	vars := flagenv.Names(fs, nil)
+	vars["function"] = []string{"SKIPPER_READY_FUNCTION"}
+	delete(vars, "apply") // repeatable: the command line only
+	if err := flagenv.Parse(fs, vars, args, getenv); err != nil {
 		return nil, err
-	}
-	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
 	if err := c.defaults(); err != nil {
 		return nil, err

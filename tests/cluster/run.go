@@ -7,11 +7,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 )
 
-// Run is the command line of bin/skipper-cluster: `up`, `down` or `--help`.
+// Run is the command line of bin/skipper-cluster: `up`, `down` or `--help`,
+// over the process's environment: tests/cmd/skipper-cluster does not yet
+// pass the lookup from main as the other binaries do (issue 32).
 func Run(ctx context.Context, args []string, stderr io.Writer) error {
+	return run(ctx, args, os.LookupEnv, stderr)
+}
+
+// run is Run with the flags' environment fallbacks looked up by getenv.
+func run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageHead)
 		return errors.New("want a command: up or down")
@@ -22,7 +30,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		if len(args) < 2 || strings.HasPrefix(args[1], "-") {
 			return fmt.Errorf("%s needs a component: one of %s", cmd, strings.Join(restartable, ", "))
 		}
-		cfg, err := parseFlags(cmd, args[2:], stderr)
+		cfg, err := parseFlags(cmd, args[2:], getenv, stderr)
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -37,7 +45,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		log.Info("done", "command", cmd, "component", args[1])
 		return nil
 	case "up", "down":
-		cfg, err := parseFlags(cmd, args[1:], stderr)
+		cfg, err := parseFlags(cmd, args[1:], getenv, stderr)
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
@@ -55,7 +63,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		}
 		return RunNode(ctx, args[2], log)
 	case "-h", "-help", "--help", "help":
-		_, err := parseFlags("up", []string{"--help"}, stderr)
+		_, err := parseFlags("up", []string{"--help"}, getenv, stderr)
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}

@@ -6,7 +6,8 @@
 // e2e tests' pod image (skipper-testpod at /testpod), written as an OCI
 // image layout that Serve pushes into an in-process registry. All four are
 // required: build fails if a binary is missing. It is a nested
-// module so go-containerregistry stays out of the main go.mod; the
+// module so go-containerregistry stays out of the main go.mod (it requires
+// the main module, replaced by ../.., for controller/flagenv alone); the
 // Dockerfile stays for builds elsewhere, and a test keeps the two in
 // agreement (binaries, USER, ENTRYPOINT).
 //

@@ -8,8 +8,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
 	"time"
+
+	"skipper.dev/skipper/controller/flagenv"
 )
 
 // BuildConfig configures `skipper-image build`.
@@ -138,10 +139,11 @@ Commands:
 Run skipper-image <command> --help for its flags.
 `
 
-// Run is skipper-image: args are the command line after the program
-// name. --help (of the program or a command) prints to stderr and returns
-// nil.
-func Run(ctx context.Context, args []string, stderr io.Writer) error {
+// Run is skipper-image: args are the command line after the program name,
+// getenv looks up the flags' environment fallbacks (package os's LookupEnv,
+// from main). --help (of the program or a command) prints to stderr and
+// returns nil.
+func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return errors.New("no command given")
@@ -151,9 +153,9 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 		fmt.Fprint(stderr, usage)
 		return nil
 	case "build":
-		return runBuild(ctx, args[1:], stderr)
+		return runBuild(ctx, args[1:], getenv, stderr)
 	case "serve":
-		return runServe(ctx, args[1:], stderr)
+		return runServe(ctx, args[1:], getenv, stderr)
 	}
 	fmt.Fprint(stderr, usage)
 	return fmt.Errorf("unknown command %q", args[0])
@@ -163,8 +165,8 @@ func newLogger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, nil))
 }
 
-func runBuild(ctx context.Context, args []string, stderr io.Writer) error {
-	c, err := ParseBuildConfig(args, stderr)
+func runBuild(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+	c, err := ParseBuildConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -184,8 +186,8 @@ func runBuild(ctx context.Context, args []string, stderr io.Writer) error {
 	return nil
 }
 
-func runServe(ctx context.Context, args []string, stderr io.Writer) error {
-	c, err := ParseServeConfig(args, stderr)
+func runServe(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+	c, err := ParseServeConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}
@@ -219,26 +221,28 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 }
 
 // ParseBuildConfig reads build's flags, falling back to the environment
-// variables named in --help (an empty variable counts as unset). It
+// variables named in --help, looked up by getenv, by flagenv's rules. It
 // returns flag.ErrHelp after printing --help.
-func ParseBuildConfig(args []string, stderr io.Writer) (BuildConfig, error) {
+func ParseBuildConfig(args []string, getenv func(string) (string, bool), stderr io.Writer) (BuildConfig, error) {
 	c := DefaultBuildConfig()
-	f := newFlags("build")
-	f.fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-pause, coredns and skipper-testpod")
-	f.env["bin"] = "SKIPPER_IMAGE_BIN"
-	f.fs.StringVar(&c.Out, "out", c.Out, "directory of the OCI image layout written (created if missing; its index.json is replaced and blobs no image uses are removed)")
-	f.env["out"] = "SKIPPER_IMAGE_LAYOUT"
-	f.fs.StringVar(&c.Tag, "tag", c.Tag, "reference of the Skipper image, registry/repository:tag (serve pushes it to its own address, same repository and tag)")
-	f.env["tag"] = "SKIPPER_IMAGE"
-	f.fs.StringVar(&c.PauseTag, "pause-tag", c.PauseTag, "reference of the sandbox (\"pause\") image, registry/repository:tag")
-	f.env["pause-tag"] = "SKIPPER_PAUSE_IMAGE"
-	f.fs.StringVar(&c.CoreDNSTag, "coredns-tag", c.CoreDNSTag, "reference of the cluster DNS (CoreDNS) image, registry/repository:tag")
-	f.env["coredns-tag"] = "SKIPPER_COREDNS_IMAGE"
-	f.fs.StringVar(&c.TestPodTag, "testpod-tag", c.TestPodTag, "reference of the e2e tests' pod image, registry/repository:tag")
-	f.env["testpod-tag"] = "SKIPPER_TESTPOD_IMAGE"
-	f.fs.Int64Var(&c.SourceDateEpoch, "source-date-epoch", c.SourceDateEpoch, "mtime of every file and the images' created time, in Unix seconds (reproducible-builds.org): the same binaries and epoch give the same digests")
-	f.env["source-date-epoch"] = "SOURCE_DATE_EPOCH"
-	err := f.parse(args, stderr, `Usage: skipper-image build [flags]
+	fs := newFlagSet("build")
+	fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-pause, coredns and skipper-testpod")
+	fs.StringVar(&c.Out, "out", c.Out, "directory of the OCI image layout written (created if missing; its index.json is replaced and blobs no image uses are removed)")
+	fs.StringVar(&c.Tag, "tag", c.Tag, "reference of the Skipper image, registry/repository:tag (serve pushes it to its own address, same repository and tag)")
+	fs.StringVar(&c.PauseTag, "pause-tag", c.PauseTag, "reference of the sandbox (\"pause\") image, registry/repository:tag")
+	fs.StringVar(&c.CoreDNSTag, "coredns-tag", c.CoreDNSTag, "reference of the cluster DNS (CoreDNS) image, registry/repository:tag")
+	fs.StringVar(&c.TestPodTag, "testpod-tag", c.TestPodTag, "reference of the e2e tests' pod image, registry/repository:tag")
+	fs.Int64Var(&c.SourceDateEpoch, "source-date-epoch", c.SourceDateEpoch, "mtime of every file and the images' created time, in Unix seconds (reproducible-builds.org): the same binaries and epoch give the same digests")
+	vars := flagenv.Vars{
+		"bin":               {"SKIPPER_IMAGE_BIN"},
+		"out":               {"SKIPPER_IMAGE_LAYOUT"},
+		"tag":               {"SKIPPER_IMAGE"},
+		"pause-tag":         {"SKIPPER_PAUSE_IMAGE"},
+		"coredns-tag":       {"SKIPPER_COREDNS_IMAGE"},
+		"testpod-tag":       {"SKIPPER_TESTPOD_IMAGE"},
+		"source-date-epoch": {"SOURCE_DATE_EPOCH"},
+	}
+	err := parse(fs, vars, args, getenv, stderr, `Usage: skipper-image build [flags]
 
 Writes four images as an OCI image layout in --out and prints each one's
 reference, digest and size:
@@ -262,16 +266,18 @@ One layer each, no base image, linux on this machine's architecture.
 }
 
 // ParseServeConfig reads serve's flags, as ParseBuildConfig does.
-func ParseServeConfig(args []string, stderr io.Writer) (ServeConfig, error) {
+func ParseServeConfig(args []string, getenv func(string) (string, bool), stderr io.Writer) (ServeConfig, error) {
 	c := DefaultServeConfig()
-	f := newFlags("serve")
-	f.fs.StringVar(&c.Addr, "addr", c.Addr, "host:port the registry listens on (port 0: any free port, printed once serving)")
-	f.env["addr"] = "SKIPPER_REGISTRY_ADDR"
-	f.fs.StringVar(&c.Layout, "layout", c.Layout, "directory of the OCI image layout whose images are served (skipper-image build --out)")
-	f.env["layout"] = "SKIPPER_IMAGE_LAYOUT"
-	f.fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGINT or SIGTERM waits for pulls in flight before closing their connections")
-	f.env["shutdown-timeout"] = "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"
-	err := f.parse(args, stderr, `Usage: skipper-image serve [flags]
+	fs := newFlagSet("serve")
+	fs.StringVar(&c.Addr, "addr", c.Addr, "host:port the registry listens on (port 0: any free port, printed once serving)")
+	fs.StringVar(&c.Layout, "layout", c.Layout, "directory of the OCI image layout whose images are served (skipper-image build --out)")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long SIGINT or SIGTERM waits for pulls in flight before closing their connections")
+	vars := flagenv.Vars{
+		"addr":             {"SKIPPER_REGISTRY_ADDR"},
+		"layout":           {"SKIPPER_IMAGE_LAYOUT"},
+		"shutdown-timeout": {"SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"},
+	}
+	err := parse(fs, vars, args, getenv, stderr, `Usage: skipper-image serve [flags]
 
 Serves a registry (go-containerregistry's, over plain HTTP, blobs and
 manifests in memory) on --addr, pushes every image of --layout into it under
@@ -286,44 +292,21 @@ and kept in memory only.
 	return c, c.Validate()
 }
 
-// flags is a flag set whose flags fall back to one environment variable
-// each.
-type flags struct {
-	fs  *flag.FlagSet
-	env map[string]string // flag name -> variable
-}
-
-func newFlags(command string) *flags {
+func newFlagSet(command string) *flag.FlagSet {
 	fs := flag.NewFlagSet("skipper-image "+command, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	return &flags{fs: fs, env: map[string]string{}}
+	return fs
 }
 
-// parse applies the environment, then args; on --help it writes head and
-// the flags to w and returns flag.ErrHelp.
-func (f *flags) parse(args []string, w io.Writer, head string) error {
-	var errs []error
-	f.fs.VisitAll(func(fl *flag.Flag) {
-		e := f.env[fl.Name]
-		if v, ok := os.LookupEnv(e); ok && v != "" {
-			if err := fl.Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("env %s=%q: %w", e, v, err))
-			}
-		}
-	})
-	if err := f.fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Fprint(w, head)
-			fmt.Fprintln(w)
-			fmt.Fprintln(w, "Flags (each falls back to the environment variable shown; flags win):")
-			f.fs.VisitAll(func(fl *flag.Flag) {
-				fmt.Fprintf(w, "  --%s\n        %s\n        default %q; env %s\n", fl.Name, fl.Usage, fl.DefValue, f.env[fl.Name])
-			})
-		}
-		return err
+// parse applies args, then the environment, by flagenv's rules; on --help
+// it writes head and the flags to w and returns flag.ErrHelp.
+func parse(fs *flag.FlagSet, vars flagenv.Vars, args []string, getenv func(string) (string, bool), w io.Writer, head string) error {
+	err := flagenv.Parse(fs, vars, args, getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(w, head)
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "Flags (each falls back to the environment variable shown; flags win):")
+		flagenv.PrintFlags(w, fs, vars)
 	}
-	if f.fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments: %q", f.fs.Args()))
-	}
-	return errors.Join(errs...)
+	return err
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+
+	"skipper.dev/skipper/controller/flagenv"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/*.golden")
@@ -55,7 +57,7 @@ func TestHelpGolden(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out bytes.Buffer
-			if err := Run(t.Context(), tc.args, &out); err != nil {
+			if err := Run(t.Context(), tc.args, flagenv.Map(nil), &out); err != nil {
 				t.Fatal(err)
 			}
 			golden(t, tc.name, out.Bytes())
@@ -64,12 +66,9 @@ func TestHelpGolden(t *testing.T) {
 }
 
 func TestParseConfig(t *testing.T) {
-	for _, k := range []string{"SKIPPER_IMAGE_BIN", "SKIPPER_IMAGE_LAYOUT", "SKIPPER_IMAGE", "SKIPPER_PAUSE_IMAGE",
-		"SKIPPER_COREDNS_IMAGE", "SKIPPER_TESTPOD_IMAGE", "SOURCE_DATE_EPOCH", "SKIPPER_REGISTRY_ADDR", "SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT"} {
-		t.Setenv(k, "") // ignore the caller's environment; empty means unset
-	}
+	t.Parallel()
 	t.Run("build defaults", func(t *testing.T) {
-		c, err := ParseBuildConfig(nil, io.Discard)
+		c, err := ParseBuildConfig(nil, flagenv.Map(map[string]string{"SKIPPER_IMAGE": "", "SOURCE_DATE_EPOCH": ""}), io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,10 +77,12 @@ func TestParseConfig(t *testing.T) {
 		}
 	})
 	t.Run("build from env and flags", func(t *testing.T) {
-		t.Setenv("SOURCE_DATE_EPOCH", "1700000000")
-		t.Setenv("SKIPPER_IMAGE", "198.51.100.1:5000/skipper-dev/skipper:env")
-		t.Setenv("SKIPPER_COREDNS_IMAGE", "198.51.100.1:5000/skipper-dev/coredns:env")
-		c, err := ParseBuildConfig([]string{"--bin", "b", "--out", "o", "--tag", "198.51.100.1:5000/skipper-dev/skipper:flag"}, io.Discard)
+		env := flagenv.Map(map[string]string{
+			"SOURCE_DATE_EPOCH":     "1700000000",
+			"SKIPPER_IMAGE":         "198.51.100.1:5000/skipper-dev/skipper:env",
+			"SKIPPER_COREDNS_IMAGE": "198.51.100.1:5000/skipper-dev/coredns:env",
+		})
+		c, err := ParseBuildConfig([]string{"--bin", "b", "--out", "o", "--tag", "198.51.100.1:5000/skipper-dev/skipper:flag"}, env, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,8 +93,8 @@ func TestParseConfig(t *testing.T) {
 		}
 	})
 	t.Run("serve from env", func(t *testing.T) {
-		t.Setenv("SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT", "2s")
-		c, err := ParseServeConfig([]string{"--addr", "198.51.100.1:5000"}, io.Discard)
+		env := flagenv.Map(map[string]string{"SKIPPER_REGISTRY_SHUTDOWN_TIMEOUT": "2s"})
+		c, err := ParseServeConfig([]string{"--addr", "198.51.100.1:5000"}, env, io.Discard)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,6 +107,7 @@ func TestParseConfig(t *testing.T) {
 		name  string
 		serve bool
 		args  []string
+		env   map[string]string
 		want  []string // in the error, each
 	}{
 		{name: "no registry in tag", args: []string{"--tag", "skipper:dev"}, want: []string{"--tag"}},
@@ -116,15 +118,16 @@ func TestParseConfig(t *testing.T) {
 		{name: "every problem at once", args: []string{"--bin", "", "--out", "", "--source-date-epoch", "-1"},
 			want: []string{"--bin", "--out", "--source-date-epoch"}},
 		{name: "stray argument", args: []string{"extra"}, want: []string{"unexpected"}},
+		{name: "bad env", env: map[string]string{"SOURCE_DATE_EPOCH": "yesterday"}, want: []string{`invalid value "yesterday" for flag --source-date-epoch from SOURCE_DATE_EPOCH`}},
 		{name: "serve: bad addr and timeout", serve: true, args: []string{"--addr", "5000", "--shutdown-timeout", "0s"},
 			want: []string{"--addr", "--shutdown-timeout"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
 			if tc.serve {
-				_, err = ParseServeConfig(tc.args, io.Discard)
+				_, err = ParseServeConfig(tc.args, flagenv.Map(tc.env), io.Discard)
 			} else {
-				_, err = ParseBuildConfig(tc.args, io.Discard)
+				_, err = ParseBuildConfig(tc.args, flagenv.Map(tc.env), io.Discard)
 			}
 			if err == nil {
 				t.Fatal("accepted")
@@ -205,7 +208,7 @@ func TestBuildServePull(t *testing.T) {
 	bin := fakeBin(t, allBins()...)
 	out := filepath.Join(t.TempDir(), "image")
 	var built bytes.Buffer
-	if err := Run(t.Context(), []string{"build", "--bin", bin, "--out", out}, &built); err != nil {
+	if err := Run(t.Context(), []string{"build", "--bin", bin, "--out", out}, flagenv.Map(nil), &built); err != nil {
 		t.Fatalf("build: %v\n%s", err, built.String())
 	}
 	want := map[string]string{} // repository:tag -> digest
@@ -223,7 +226,9 @@ func TestBuildServePull(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	w := &lines{sent: make(chan string, 64)}
 	done := make(chan error, 1)
-	go func() { done <- Run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--layout", out}, w) }()
+	go func() {
+		done <- Run(ctx, []string{"serve", "--addr", "127.0.0.1:0", "--layout", out}, flagenv.Map(nil), w)
+	}()
 	var addr string
 	for addr == "" {
 		select {

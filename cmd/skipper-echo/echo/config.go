@@ -5,9 +5,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"time"
+
+	"skipper.dev/skipper/controller/flagenv"
 )
 
 // Config is skipper-echo's configuration.
@@ -57,73 +57,40 @@ func (c Config) Validate() error {
 }
 
 // ParseConfig reads flags, falling back to the environment variables named
-// in each flag's usage (an empty variable counts as unset). It returns
-// flag.ErrHelp after printing --help.
-func ParseConfig(args []string, stderr io.Writer) (Config, error) {
+// in --help, by flagenv's rules; getenv is package os's LookupEnv in
+// production. It returns flag.ErrHelp after printing --help.
+func ParseConfig(args []string, getenv func(string) (string, bool), stderr io.Writer) (Config, error) {
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("skipper-echo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	env := map[string][]string{}
-	str := func(p *string, name string, envs []string, usage string) {
-		fs.StringVar(p, name, *p, usage)
-		env[name] = envs
-	}
-	dur := func(p *time.Duration, name string, envs []string, usage string) {
-		fs.DurationVar(p, name, *p, usage)
-		env[name] = envs
-	}
-	str(&c.Listen, "listen", []string{"SKIPPER_LISTEN"},
+	fs.StringVar(&c.Listen, "listen", c.Listen,
 		"address to serve HTTP on; in pods $(POD_IP):8080 so pods sharing a network namespace each bind their own IP")
-	str(&c.PodName, "pod-name", []string{"SKIPPER_POD_NAME", "POD_NAME"},
+	fs.StringVar(&c.PodName, "pod-name", c.PodName,
 		"this pod's name (downward API metadata.name), echoed back")
-	str(&c.PodUID, "pod-uid", []string{"SKIPPER_POD_UID", "POD_UID"},
+	fs.StringVar(&c.PodUID, "pod-uid", c.PodUID,
 		"this pod's UID (downward API metadata.uid): the audience an assign token must name")
-	str(&c.AssignKey, "assign-key", []string{"SKIPPER_ASSIGN_KEY"},
+	fs.StringVar(&c.AssignKey, "assign-key", c.AssignKey,
 		"path of the PEM ed25519 public keys that verify assign tokens (ConfigMap skipper-assign-key; several blocks while a key rotates); read again at an assign at most once a second")
-	dur(&c.MaxSleep, "max-sleep", []string{"SKIPPER_MAX_SLEEP"},
-		"upper bound of ?sleep=")
+	fs.DurationVar(&c.MaxSleep, "max-sleep", c.MaxSleep, "upper bound of ?sleep=")
 	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body echoed or accepted, in bytes")
-	env["max-body"] = []string{"SKIPPER_MAX_BODY"}
-	dur(&c.ShutdownTimeout, "shutdown-timeout", []string{"SKIPPER_SHUTDOWN_TIMEOUT"},
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout,
 		"how long SIGTERM waits for in-flight requests")
-
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		for _, e := range env[f.Name] {
-			if v, ok := os.LookupEnv(e); ok && v != "" {
-				if err := f.Value.Set(v); err != nil {
-					errs = append(errs, fmt.Errorf("env %s=%q: %w", e, v, err))
-				}
-				return
-			}
-		}
-	})
-	if err := fs.Parse(args); err != nil {
+	vars := flagenv.Names(fs, flagenv.Vars{"pod-name": {"POD_NAME"}, "pod-uid": {"POD_UID"}})
+	if err := flagenv.Parse(fs, vars, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			printUsage(stderr, fs, env)
-			return c, flag.ErrHelp
+			printUsage(stderr, fs, vars)
 		}
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments: %q", fs.Args()))
-	}
-	if err := errors.Join(errs...); err != nil {
 		return c, err
 	}
 	return c, c.Validate()
 }
 
-func printUsage(w io.Writer, fs *flag.FlagSet, env map[string][]string) {
+func printUsage(w io.Writer, fs *flag.FlagSet, vars flagenv.Vars) {
 	fmt.Fprintln(w, "Usage: skipper-echo [flags]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "skipper-echo is the reference instance runtime: it accepts assignments at")
 	fmt.Fprintln(w, "POST /__skipper/assign and echoes every other request as JSON.")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Flags (each falls back to the environment variables shown):")
-	fs.VisitAll(func(f *flag.Flag) {
-		fmt.Fprintf(w, "  --%s\n", f.Name)
-		fmt.Fprintf(w, "        %s\n", f.Usage)
-		fmt.Fprintf(w, "        default %q; env %s\n", f.DefValue, strings.Join(env[f.Name], ", "))
-	})
+	flagenv.PrintFlags(w, fs, vars)
 }

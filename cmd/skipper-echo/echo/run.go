@@ -13,10 +13,11 @@ import (
 	"time"
 )
 
-// Run parses args, serves until ctx is cancelled and then shuts down
-// gracefully. --help prints usage and returns nil.
-func Run(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := ParseConfig(args, stderr)
+// Run parses args (with their environment fallbacks looked up by getenv,
+// package os's LookupEnv from main), serves until ctx is cancelled and then
+// shuts down gracefully. --help prints usage and returns nil.
+func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+	cfg, err := ParseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -27,6 +27,8 @@ import (
 	"go.uber.org/goleak"
 
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/controller/flagenv"
+	"skipper.dev/skipper/tests/golden"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -730,22 +732,22 @@ func TestHealthz(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	t.Setenv("POD_UID", "from-env")
-	t.Setenv("SKIPPER_LISTEN", "127.0.0.1:0")
+	t.Parallel()
+	env := map[string]string{"POD_UID": "from-env", "SKIPPER_LISTEN": "127.0.0.1:0", "SKIPPER_POD_NAME": "", "POD_NAME": "pod-env"}
 	tests := []struct {
 		name    string
 		args    []string
 		want    func(*Config)
 		wantErr string
 	}{
-		{"env fallbacks", nil, func(c *Config) { c.PodUID = "from-env"; c.Listen = "127.0.0.1:0" }, ""},
-		{"flags win", []string{"--pod-uid=x", "--listen", ":9"}, func(c *Config) { c.PodUID = "x"; c.Listen = ":9" }, ""},
+		{"env fallbacks", nil, func(c *Config) { c.PodUID, c.Listen, c.PodName = "from-env", "127.0.0.1:0", "pod-env" }, ""},
+		{"flags win", []string{"--pod-uid=x", "--listen", ":9"}, func(c *Config) { c.PodUID, c.Listen, c.PodName = "x", ":9", "pod-env" }, ""},
 		{"bad", []string{"--pod-uid=", "--max-body=0"}, nil, "--pod-uid is required"},
 		{"stray args", []string{"extra"}, nil, "unexpected arguments"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseConfig(tt.args, io.Discard)
+			got, err := ParseConfig(tt.args, flagenv.Map(env), io.Discard)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -765,10 +767,12 @@ func TestConfig(t *testing.T) {
 }
 
 func TestHelp(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, &out); err != nil {
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatal(err)
 	}
+	golden.Check(t, "help.golden", out.Bytes())
 	for _, f := range []string{"--listen", "--pod-uid", "--assign-key", "POD_UID", "SKIPPER_LISTEN"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help lacks %s:\n%s", f, out.String())

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := image.Run(ctx, os.Args[1:], os.Stderr)
+	err := image.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skipper-image:", err)
