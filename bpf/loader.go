@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -605,53 +606,17 @@ func requireFS(path string, magic int64, name string) error {
 	return nil
 }
 
-// Cgroup2Mount returns the mount point of the cgroup2 hierarchy from
-// /proc/mounts (the unified hierarchy on hybrid hosts).
+// Cgroup2Mount returns the mount point of the first cgroup2 hierarchy in
+// the mount table (the unified hierarchy on hybrid hosts).
 func Cgroup2Mount() (string, error) {
-	data, err := os.ReadFile("/proc/mounts")
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup2"))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("bpf steering: read mounts: %w", err)
 	}
-	for line := range strings.Lines(string(data)) {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[2] == "cgroup2" {
-			return unescapeMount(f[1]), nil
-		}
+	if len(ms) == 0 {
+		return "", &NotSupportedError{Feature: "a mounted cgroup2 hierarchy", Err: ErrNotSupported}
 	}
-	return "", &NotSupportedError{Feature: "a mounted cgroup2 hierarchy", Err: ErrNotSupported}
-}
-
-// unescapeMount undoes the octal escapes (\040 for space) of /proc/mounts.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := parseOctal(s[i+1 : i+4]); err == nil {
-				b.WriteByte(n)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func parseOctal(s string) (byte, error) {
-	if len(s) != 3 {
-		return 0, errors.New("short")
-	}
-	var n int
-	for _, c := range s {
-		if c < '0' || c > '7' {
-			return 0, errors.New("not octal")
-		}
-		n = n*8 + int(c-'0')
-	}
-	return byte(n), nil
+	return ms[0].Mountpoint, nil
 }
 
 // EnsureBPFFS mounts bpffs at dir unless one is mounted there already.

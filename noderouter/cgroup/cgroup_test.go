@@ -2,39 +2,39 @@ package cgroup
 
 import (
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/moby/sys/mountinfo"
 )
 
-func TestParseMounts(t *testing.T) {
+// mount is one mount table entry: what MountsOf reads of it.
+func mount(fsType, point, superOpts string) *mountinfo.Info {
+	return &mountinfo.Info{FSType: fsType, Mountpoint: point, VFSOptions: superOpts}
+}
+
+func TestMountsOf(t *testing.T) {
 	tests := []struct {
 		name   string
-		mounts string
+		mounts []*mountinfo.Info
 		v2     []string // cgroup.controllers of the cgroup2 root
 		want   Mounts
 	}{
-		{"pure v2", "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n", []string{"cpu", "memory", "pids"},
+		{"pure v2", []*mountinfo.Info{mount("cgroup2", "/sys/fs/cgroup", "rw,nsdelegate")}, []string{"cpu", "memory", "pids"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup", true}, Memory: Hierarchy{"/sys/fs/cgroup", true}}},
-		{"hybrid: v2 without the controllers", "cgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\n" +
-			"cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n", []string{"hugetlb"},
+		{"hybrid: v2 without the controllers", []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpuacct", "rw,cpuacct"),
+			mount("cgroup", "/sys/fs/cgroup/memory", "rw,memory"), mount("cgroup2", "/sys/fs/cgroup/unified", "rw")}, []string{"hugetlb"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup/cpuacct", false}, Memory: Hierarchy{"/sys/fs/cgroup/memory", false}}},
-		{"v2 memory, v1 cpu,cpuacct co-mounted", "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n" +
-			"cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n", []string{"memory"},
+		{"v2 memory, v1 cpu,cpuacct co-mounted", []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpu,cpuacct", "rw,cpu,cpuacct"),
+			mount("cgroup2", "/sys/fs/cgroup/unified", "rw")}, []string{"memory"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup/cpu,cpuacct", false}, Memory: Hierarchy{"/sys/fs/cgroup/unified", true}}},
-		{"escaped mount point", `cgroup2 /mnt/my\040cgroups cgroup2 rw 0 0` + "\n", []string{"cpu"},
-			Mounts{CPU: Hierarchy{"/mnt/my cgroups", true}}},
-		{"cpu without cpuacct is not enough on v1", "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", nil, Mounts{}},
-		{"none", "proc /proc proc rw 0 0\nshort line\n", nil, Mounts{}},
+		{"cpu without cpuacct is not enough on v1", []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpu", "rw,cpu")}, nil, Mounts{}},
+		{"none", []*mountinfo.Info{mount("proc", "/proc", "rw")}, nil, Mounts{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseMounts(strings.NewReader(tt.mounts), func(string) []string { return tt.v2 })
-			if err != nil {
-				t.Fatal(err)
-			}
+			got := MountsOf(tt.mounts, func(string) []string { return tt.v2 })
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -163,6 +163,6 @@ func TestReaderRescanBound(t *testing.T) {
 
 func TestOpenWithoutHierarchies(t *testing.T) {
 	if _, err := Open(t.TempDir(), "/"); err == nil {
-		t.Error("no /proc/mounts: want an error")
+		t.Error("no mount table: want an error")
 	}
 }

@@ -1,15 +1,15 @@
 package cgroup
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Hierarchy is where one resource is read: a cgroup mount point.
@@ -24,37 +24,27 @@ type Mounts struct {
 	CPU, Memory Hierarchy
 }
 
-// ParseMounts picks the hierarchies from a /proc/mounts text. v2Controllers
-// returns the controllers listed in a cgroup2 mount's root
-// cgroup.controllers.
-func ParseMounts(r io.Reader, v2Controllers func(mount string) []string) (Mounts, error) {
-	var m Mounts
+// MountsOf picks the hierarchies from a mount table (mountinfo.GetMounts
+// or GetMountsFromReader). v2Controllers returns the controllers listed in
+// a cgroup2 mount's root cgroup.controllers.
+func MountsOf(mounts []*mountinfo.Info, v2Controllers func(mount string) []string) Mounts {
 	var v2 string
 	var cpuV1, memV1 string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 {
-			continue
-		}
-		mount := unescape(f[1])
-		switch f[2] {
+	for _, mi := range mounts {
+		switch mi.FSType {
 		case "cgroup2":
 			if v2 == "" {
-				v2 = mount
+				v2 = mi.Mountpoint
 			}
 		case "cgroup":
-			opts := strings.Split(f[3], ",")
+			opts := strings.Split(mi.VFSOptions, ",")
 			if cpuV1 == "" && slices.Contains(opts, "cpuacct") {
-				cpuV1 = mount
+				cpuV1 = mi.Mountpoint
 			}
 			if memV1 == "" && slices.Contains(opts, "memory") {
-				memV1 = mount
+				memV1 = mi.Mountpoint
 			}
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return m, fmt.Errorf("read mounts: %w", err)
 	}
 	var ctrls []string
 	if v2 != "" {
@@ -69,27 +59,7 @@ func ParseMounts(r io.Reader, v2Controllers func(mount string) []string) (Mounts
 		}
 		return Hierarchy{}
 	}
-	m.CPU, m.Memory = pick("cpu", cpuV1), pick("memory", memV1)
-	return m, nil
-}
-
-// unescape undoes the octal escapes of /proc/mounts (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return Mounts{CPU: pick("cpu", cpuV1), Memory: pick("memory", memV1)}
 }
 
 // PodUID returns the pod UID a kubelet cgroup directory name carries:
