@@ -68,6 +68,11 @@
 // the first missing feature as a *NotSupportedError (errors.Is
 // ErrNotSupported); a permission error is returned as is.
 //
+// Files by job: loader.go probes, loads and attaches (Load, Probe, Close,
+// MarkControl); maps.go writes and reads the maps and removes pins (SetVIPs,
+// SetRouter, Heartbeat, Counters, OriginalDestination, Cleanup); mounts.go
+// checks and finds the filesystems (the cgroup2 mount, bpffs).
+//
 // Regenerate with `go generate ./bpf` (needs clang-14 and llvm-strip-14);
 // the outputs are committed and must reproduce byte for byte.
 package bpf
