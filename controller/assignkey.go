@@ -232,21 +232,15 @@ func publishKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns stri
 // deleteKeyConfigMap deletes cached, the ConfigMap skipper-assign-key of a
 // namespace that no longer holds a pool or a Function, when this
 // controller made it (labelled managed-by skipper-controller); one made by
-// anyone else is left alone. The UID precondition makes sure a ConfigMap
-// re-created meanwhile is never hit. It reports whether it deleted one.
+// anyone else is left alone; so is one re-created meanwhile (deleteUID).
+// It reports whether it deleted one.
 func deleteKeyConfigMap(ctx context.Context, core kubernetes.Interface, cached *corev1.ConfigMap) (bool, error) {
 	if cached == nil || cached.Labels[managedByLabel] != managedByValue || cached.DeletionTimestamp != nil {
 		return false, nil
 	}
-	uid := cached.UID
-	err := core.CoreV1().ConfigMaps(cached.Namespace).Delete(ctx, cached.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return false, nil // gone already, or re-created: the informer will tell
+	deleted, err := deleteUID(ctx, core.CoreV1().ConfigMaps(cached.Namespace), cached.Name, cached.UID)
+	if err != nil {
+		return false, fmt.Errorf("delete configmap %s/%s: %w", cached.Namespace, cached.Name, err)
 	}
-	return false, fmt.Errorf("delete configmap %s/%s: %w", cached.Namespace, cached.Name, err)
+	return deleted, nil
 }

@@ -5,8 +5,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
@@ -74,14 +72,10 @@ func (c *controller) remove(ctx context.Context, pod *corev1.Pod, reason string,
 	c.claims.retire(pod.UID, until)
 }
 
-// deletePod deletes an instance this replica withdrew; the UID
-// precondition makes sure a pod of the same name is never hit.
+// deletePod deletes an instance this replica withdrew, and never another
+// pod of the same name (deleteUID).
 func (c *controller) deletePod(ctx context.Context, pod *corev1.Pod, reason string) {
-	uid := pod.UID
-	err := c.core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if _, err := deleteUID(ctx, c.core.CoreV1().Pods(pod.Namespace), pod.Name, pod.UID); err != nil {
 		c.log.Error("delete instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
 		return
 	}
