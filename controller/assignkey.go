@@ -8,16 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/tick"
 )
 
 // Keys of Secret skipper-assign-key.
@@ -170,11 +171,11 @@ func (c *controller) reloadAssignKey(ctx context.Context) (*assignKey, error) {
 // watchAssignKey reads the Secret again every --assign-key-interval until
 // ctx ends, so a rotation step is taken without a restart.
 func (c *controller) watchAssignKey(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+	tick.Every(ctx, c.cfg.AssignKeyInterval, func(time.Time) {
 		if _, err := c.reloadAssignKey(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("read the assign key again; keeping the one in use", "err", err)
 		}
-	}, c.cfg.AssignKeyInterval)
+	})
 }
 
 // publishKeyConfigMap makes ConfigMap skipper-assign-key in ns hold every

@@ -13,6 +13,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
+	"skipper.dev/skipper/internal/tick"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -279,21 +280,19 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 const maxClaimBackoff = time.Minute
 
 // run ticks every --scale-interval until a tick says stop or ctx ends.
+// A tick's own work runs under ctx, not the loop's, which its stop ends.
 func (s *supervisor) run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ScaleInterval)
-	defer t.Stop()
-	for wait := s.deferFirstTick; ; wait = true {
-		if wait {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-		if !s.tick(ctx, time.Now()) {
-			return
-		}
+	loop, stop := context.WithCancel(ctx)
+	defer stop()
+	every := tick.Every
+	if s.deferFirstTick {
+		every = tick.After
 	}
+	every(loop, s.cfg.ScaleInterval, func(now time.Time) {
+		if !s.tick(ctx, now) {
+			stop()
+		}
+	})
 }
 
 func (c *controller) dropSupervisor(s *supervisor) {
