@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
@@ -46,9 +47,12 @@ type supervisor struct {
 	exhausted string
 	// failures counts claims failed in a row for another reason than an
 	// empty pool (the instance refused its assignment, the API failed);
-	// scale-up waits until retryAt, backing off exponentially, so a function
-	// whose instances never accept it does not churn through its pool.
+	// scale-up waits until retryAt, backing off (backoff: the scale
+	// interval doubling up to maxClaimBackoff, begun afresh at the first
+	// failure), so a function whose instances never accept it does not
+	// churn through its pool.
 	failures int
+	backoff  wait.Backoff
 	retryAt  time.Time
 
 	// deferFirstTick: the first tick waits one interval. Set for a
@@ -259,12 +263,15 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 		c.event(fn, corev1.EventTypeWarning, "ClaimFailed", "%v", err)
 		if s != nil {
 			s.mu.Lock()
+			if s.failures == 0 {
+				s.backoff = doubling(c.cfg.ScaleInterval, maxClaimBackoff)
+			}
 			s.failures++
 			failures := s.failures // read under the lock: concurrent claims end here too
-			wait := min(c.cfg.ScaleInterval<<min(failures-1, 16), maxClaimBackoff)
-			s.retryAt = time.Now().Add(wait)
+			in := s.backoff.Step()
+			s.retryAt = time.Now().Add(in)
 			s.mu.Unlock()
-			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", failures, "retry_in", wait, "err", err)
+			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", failures, "retry_in", in, "err", err)
 		}
 		return
 	}
