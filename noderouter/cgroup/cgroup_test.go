@@ -2,6 +2,7 @@ package cgroup
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,32 +10,38 @@ import (
 	"github.com/moby/sys/mountinfo"
 )
 
-// mount is one mount table entry: what MountsOf reads of it.
-func mount(fsType, point, superOpts string) *mountinfo.Info {
-	return &mountinfo.Info{FSType: fsType, Mountpoint: point, VFSOptions: superOpts}
-}
-
+// TestMountsOf reads mount tables in /proc/self/mountinfo's format: a v1
+// hierarchy's controllers are among its superblock options (after the -).
 func TestMountsOf(t *testing.T) {
+	const (
+		v2Root    = "26 21 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+		v2Unified = "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+	)
 	tests := []struct {
 		name   string
-		mounts []*mountinfo.Info
+		mounts string
 		v2     []string // cgroup.controllers of the cgroup2 root
 		want   Mounts
 	}{
-		{"pure v2", []*mountinfo.Info{mount("cgroup2", "/sys/fs/cgroup", "rw,nsdelegate")}, []string{"cpu", "memory", "pids"},
+		{"pure v2", v2Root, []string{"cpu", "memory", "pids"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup", true}, Memory: Hierarchy{"/sys/fs/cgroup", true}}},
-		{"hybrid: v2 without the controllers", []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpuacct", "rw,cpuacct"),
-			mount("cgroup", "/sys/fs/cgroup/memory", "rw,memory"), mount("cgroup2", "/sys/fs/cgroup/unified", "rw")}, []string{"hugetlb"},
+		{"hybrid: v2 without the controllers", "32 30 0:29 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n" +
+			"34 30 0:31 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n" + v2Unified, []string{"hugetlb"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup/cpuacct", false}, Memory: Hierarchy{"/sys/fs/cgroup/memory", false}}},
-		{"v2 memory, v1 cpu,cpuacct co-mounted", []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpu,cpuacct", "rw,cpu,cpuacct"),
-			mount("cgroup2", "/sys/fs/cgroup/unified", "rw")}, []string{"memory"},
+		{"v2 memory, v1 cpu,cpuacct co-mounted", "31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n" + v2Unified, []string{"memory"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup/cpu,cpuacct", false}, Memory: Hierarchy{"/sys/fs/cgroup/unified", true}}},
-		{"cpu without cpuacct is not enough on v1", []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpu", "rw,cpu")}, nil, Mounts{}},
-		{"none", []*mountinfo.Info{mount("proc", "/proc", "rw")}, nil, Mounts{}},
+		{"escaped mount point", `26 21 0:23 / /mnt/my\040cgroups rw - cgroup2 cgroup2 rw` + "\n", []string{"cpu"},
+			Mounts{CPU: Hierarchy{"/mnt/my cgroups", true}}},
+		{"cpu without cpuacct is not enough on v1", "31 30 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", nil, Mounts{}},
+		{"none", "22 26 0:21 / /proc rw - proc proc rw\n", nil, Mounts{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := MountsOf(tt.mounts, func(string) []string { return tt.v2 })
+			ms, err := mountinfo.GetMountsFromReader(strings.NewReader(tt.mounts), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := MountsOf(ms, func(string) []string { return tt.v2 })
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -28,38 +28,32 @@ type Mounts struct {
 // or GetMountsFromReader). v2Controllers returns the controllers listed in
 // a cgroup2 mount's root cgroup.controllers.
 func MountsOf(mounts []*mountinfo.Info, v2Controllers func(mount string) []string) Mounts {
-	var v2 string
-	var cpuV1, memV1 string
-	for _, mi := range mounts {
-		switch mi.FSType {
-		case "cgroup2":
-			if v2 == "" {
-				v2 = mi.Mountpoint
-			}
-		case "cgroup":
-			opts := strings.Split(mi.VFSOptions, ",")
-			if cpuV1 == "" && slices.Contains(opts, "cpuacct") {
-				cpuV1 = mi.Mountpoint
-			}
-			if memV1 == "" && slices.Contains(opts, "memory") {
-				memV1 = mi.Mountpoint
-			}
-		}
-	}
+	v2 := mountOf(mounts, "cgroup2", "")
 	var ctrls []string
 	if v2 != "" {
 		ctrls = v2Controllers(v2)
 	}
-	pick := func(ctrl, v1 string) Hierarchy {
+	pick := func(ctrl, v1opt string) Hierarchy {
 		if v2 != "" && slices.Contains(ctrls, ctrl) {
 			return Hierarchy{Mount: v2, V2: true}
 		}
-		if v1 != "" {
+		if v1 := mountOf(mounts, "cgroup", v1opt); v1 != "" {
 			return Hierarchy{Mount: v1}
 		}
 		return Hierarchy{}
 	}
-	return Mounts{CPU: pick("cpu", cpuV1), Memory: pick("memory", memV1)}
+	return Mounts{CPU: pick("cpu", "cpuacct"), Memory: pick("memory", "memory")}
+}
+
+// mountOf returns the mount point of the first mount of fsType whose
+// superblock options include opt (any, for ""), or "".
+func mountOf(mounts []*mountinfo.Info, fsType, opt string) string {
+	for _, m := range mounts {
+		if m.FSType == fsType && (opt == "" || slices.Contains(strings.Split(m.VFSOptions, ","), opt)) {
+			return m.Mountpoint
+		}
+	}
+	return ""
 }
 
 // PodUID returns the pod UID a kubelet cgroup directory name carries:
