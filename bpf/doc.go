@@ -31,6 +31,9 @@
 //	s.Withdraw()                                // on a deliberate shutdown
 //	vip, ok, _ := s.OriginalDestination(remote) // an accepted connection's VIP
 //
+// Files by job: loader.go probes, loads and attaches; maps.go writes and
+// reads the maps and removes pins; mounts.go finds cgroup2 and bpffs.
+//
 // Regenerate with `go generate ./bpf` (clang-14, llvm-strip-14); the
 // committed outputs must reproduce byte for byte.
 package bpf

@@ -6,10 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net/netip"
 	"os"
-	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -29,15 +26,6 @@ const (
 	DefaultSkipMark uint32 = 0x5c1d0001
 	// maxVIPs is the capacity of the vips map in steer.c.
 	maxVIPs = 256
-)
-
-// Counter indexes; they mirror enum counter in steer.c.
-const (
-	counterRewrite  = 0
-	counterFailOpen = 1
-	counterSkipOwn  = 2
-	counterRedirect = 3
-	counterMax      = 4
 )
 
 // ErrNotSupported is matched (errors.Is) by every error Load returns because
@@ -93,15 +81,6 @@ type Steering struct {
 	msgAttached bool
 }
 
-// Counters are the per-CPU counters of steer.c summed over CPUs. They are
-// cumulative since the maps were created (they survive adoption).
-type Counters struct {
-	Rewrites  uint64 // connects rewritten to the router
-	FailOpens uint64 // VIP connects left alone because the router was not live
-	OwnSkips  uint64 // VIP connects left alone because the socket had SkipMark
-	Redirects uint64 // sendmsg payloads redirected to the peer socket (Options.Redirect)
-}
-
 type attachment struct {
 	name   string
 	attach ebpf.AttachType
@@ -115,10 +94,6 @@ var attachments = []attachment{
 	{"getpeername6", ebpf.AttachCgroupInet6GetPeername, func(o *steerObjects) *ebpf.Program { return o.SteerGetpeername6 }},
 	{"sockops", ebpf.AttachCGroupSockOps, func(o *steerObjects) *ebpf.Program { return o.SteerSockops }},
 }
-
-// linkPin is the bpffs name a link is pinned under; map pins use the map's
-// own name, which never starts with "link_".
-func linkPin(dir, name string) string { return filepath.Join(dir, "link_"+name) }
 
 // Probe reports whether the running kernel has every feature the steering
 // programs need, as a *NotSupportedError naming the first one missing.
@@ -369,169 +344,6 @@ func (s *Steering) Close() error {
 	return errors.Join(errs...)
 }
 
-// Cleanup removes everything Load pinned under pinDir and detaches the pinned
-// links, even from processes still holding them: the uninstall path. A missing
-// pinDir is not an error.
-func Cleanup(pinDir string) error {
-	entries, err := os.ReadDir(pinDir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("bpf cleanup: %w", err)
-	}
-	var errs []error
-	for _, e := range entries {
-		path := filepath.Join(pinDir, e.Name())
-		if strings.HasPrefix(e.Name(), "link_") {
-			if l, err := link.LoadPinnedLink(path, nil); err == nil {
-				if err := detach(l); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
-					errs = append(errs, fmt.Errorf("detach %s: %w", path, err))
-				}
-				l.Close()
-			}
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			errs = append(errs, err)
-		}
-	}
-	if err := os.Remove(pinDir); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		errs = append(errs, err)
-	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("bpf cleanup %s: %w", pinDir, err)
-	}
-	return nil
-}
-
-func removeMapPins(dir string) error {
-	entries, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "link_") {
-			continue
-		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// SetVIPs makes the steered destinations exactly vips (IPv4 or v4-mapped
-// addresses, TCP ports). Connects to anything else are never touched.
-func (s *Steering) SetVIPs(vips []netip.AddrPort) error {
-	if len(vips) > maxVIPs {
-		return fmt.Errorf("bpf steering: %d VIPs, at most %d", len(vips), maxVIPs)
-	}
-	want := make(map[steerAddr4]bool, len(vips))
-	for _, v := range vips {
-		k, err := toAddr4(v)
-		if err != nil {
-			return fmt.Errorf("bpf steering: VIP: %w", err)
-		}
-		want[k] = true
-	}
-	var (
-		k     steerAddr4
-		v     uint8
-		stale []steerAddr4
-	)
-	it := s.objs.Vips.Iterate()
-	for it.Next(&k, &v) {
-		if !want[k] {
-			stale = append(stale, k)
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("bpf steering: list VIPs: %w", err)
-	}
-	for _, k := range stale {
-		if err := s.objs.Vips.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("bpf steering: delete VIP: %w", err)
-		}
-	}
-	for k := range want {
-		if err := s.objs.Vips.Put(k, uint8(1)); err != nil {
-			return fmt.Errorf("bpf steering: add VIP: %w", err)
-		}
-	}
-	return nil
-}
-
-// SetRouter sets where steered connects go: the node-local router's IPv4
-// address and port. The zero AddrPort turns rewriting off.
-func (s *Steering) SetRouter(addr netip.AddrPort) error {
-	var r steerAddr4
-	if addr.IsValid() {
-		var err error
-		if r, err = toAddr4(addr); err != nil {
-			return fmt.Errorf("bpf steering: router: %w", err)
-		}
-	}
-	return s.writeConfig(func(c *steerSteerConfig) { c.Router = r })
-}
-
-// Heartbeat marks the router live as of now; steering stays on for MaxAge.
-func (s *Steering) Heartbeat() error {
-	var ts unix.Timespec
-	// bpf_ktime_get_ns is CLOCK_MONOTONIC.
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return fmt.Errorf("bpf steering: clock: %w", err)
-	}
-	return s.setLiveness(uint64(ts.Nano()))
-}
-
-// Withdraw marks the router not live: connects fail open at once instead of
-// after MaxAge. For a router shutting down on purpose.
-func (s *Steering) Withdraw() error { return s.setLiveness(0) }
-
-func (s *Steering) setLiveness(monoNs uint64) error {
-	if err := s.objs.Liveness.Put(uint32(0), monoNs); err != nil {
-		return fmt.Errorf("bpf steering: liveness: %w", err)
-	}
-	return nil
-}
-
-// Counters sums the per-CPU counters.
-func (s *Steering) Counters() (Counters, error) {
-	var sums [counterMax]uint64
-	for i := range sums {
-		var per []uint64
-		if err := s.objs.Counters.Lookup(uint32(i), &per); err != nil {
-			return Counters{}, fmt.Errorf("bpf steering: counters: %w", err)
-		}
-		for _, v := range per {
-			sums[i] += v
-		}
-	}
-	return Counters{Rewrites: sums[counterRewrite], FailOpens: sums[counterFailOpen], OwnSkips: sums[counterSkipOwn],
-		Redirects: sums[counterRedirect]}, nil
-}
-
-// OriginalDestination returns the VIP a steered connection aimed at, given
-// the caller's address as the router sees it (the accepted connection's
-// remote address). ok is false for connections that were not steered (or
-// whose entry aged out of the LRU). The key is the caller's ip:port alone,
-// without its network namespace: unique for pod IPs, not for loopback
-// callers in different namespaces.
-func (s *Steering) OriginalDestination(caller netip.AddrPort) (vip netip.AddrPort, ok bool, err error) {
-	k, err := toAddr4(caller)
-	if err != nil {
-		return netip.AddrPort{}, false, err
-	}
-	var v steerAddr4
-	if err := s.objs.OrigDst.Lookup(k, &v); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return netip.AddrPort{}, false, nil
-		}
-		return netip.AddrPort{}, false, fmt.Errorf("bpf steering: original destination: %w", err)
-	}
-	return fromAddr4(v), true, nil
-}
-
 // MarkControl returns a net.Dialer.Control that sets SO_MARK to mark, so the
 // socket is never steered. The router dials with it (needs CAP_NET_ADMIN or
 // CAP_NET_RAW).
@@ -548,122 +360,4 @@ func MarkControl(mark uint32) func(network, address string, c syscall.RawConn) e
 		}
 		return nil
 	}
-}
-
-func (s *Steering) writeConfig(edit func(*steerSteerConfig)) error {
-	var c steerSteerConfig
-	if err := s.objs.Config.Lookup(uint32(0), &c); err != nil {
-		return fmt.Errorf("bpf steering: read config: %w", err)
-	}
-	edit(&c)
-	if err := s.objs.Config.Put(uint32(0), &c); err != nil {
-		return fmt.Errorf("bpf steering: write config: %w", err)
-	}
-	return nil
-}
-
-// toAddr4 encodes ap in the map layout: address and port in network byte
-// order (bpfel: the uint32/uint16 hold the big-endian bytes).
-func toAddr4(ap netip.AddrPort) (steerAddr4, error) {
-	a := ap.Addr().Unmap()
-	if !a.Is4() {
-		return steerAddr4{}, fmt.Errorf("%v is not IPv4", ap)
-	}
-	b := a.As4()
-	p := ap.Port()
-	return steerAddr4{
-		Ip:   uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24,
-		Port: p>>8 | p<<8,
-	}, nil
-}
-
-func fromAddr4(k steerAddr4) netip.AddrPort {
-	a := netip.AddrFrom4([4]byte{byte(k.Ip), byte(k.Ip >> 8), byte(k.Ip >> 16), byte(k.Ip >> 24)})
-	return netip.AddrPortFrom(a, k.Port>>8|k.Port<<8)
-}
-
-// cgroupID is the id the kernel reports for a cgroup2 directory: its inode.
-func cgroupID(dir string) (uint64, error) {
-	if err := requireFS(dir, unix.CGROUP2_SUPER_MAGIC, "cgroup2"); err != nil {
-		return 0, err
-	}
-	var st unix.Stat_t
-	if err := unix.Stat(dir, &st); err != nil {
-		return 0, fmt.Errorf("bpf steering: cgroup %s: %w", dir, err)
-	}
-	return st.Ino, nil
-}
-
-func requireFS(path string, magic int64, name string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		return fmt.Errorf("bpf steering: %s: %w", path, err)
-	}
-	if int64(st.Type) != magic {
-		return fmt.Errorf("bpf steering: %s is not on %s", path, name)
-	}
-	return nil
-}
-
-// Cgroup2Mount returns the mount point of the cgroup2 hierarchy from
-// /proc/mounts (the unified hierarchy on hybrid hosts).
-func Cgroup2Mount() (string, error) {
-	data, err := os.ReadFile("/proc/mounts")
-	if err != nil {
-		return "", err
-	}
-	for line := range strings.Lines(string(data)) {
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[2] == "cgroup2" {
-			return unescapeMount(f[1]), nil
-		}
-	}
-	return "", &NotSupportedError{Feature: "a mounted cgroup2 hierarchy", Err: ErrNotSupported}
-}
-
-// unescapeMount undoes the octal escapes (\040 for space) of /proc/mounts.
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if n, err := parseOctal(s[i+1 : i+4]); err == nil {
-				b.WriteByte(n)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func parseOctal(s string) (byte, error) {
-	if len(s) != 3 {
-		return 0, errors.New("short")
-	}
-	var n int
-	for _, c := range s {
-		if c < '0' || c > '7' {
-			return 0, errors.New("not octal")
-		}
-		n = n*8 + int(c-'0')
-	}
-	return byte(n), nil
-}
-
-// EnsureBPFFS mounts bpffs at dir unless one is mounted there already.
-func EnsureBPFFS(dir string) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	if requireFS(dir, unix.BPF_FS_MAGIC, "bpffs") == nil {
-		return nil
-	}
-	if err := unix.Mount("bpf", dir, "bpf", 0, "mode=0700"); err != nil {
-		return fmt.Errorf("mount bpffs at %s: %w", dir, err)
-	}
-	return nil
 }

@@ -547,12 +547,6 @@ func TestAddr4RoundTrip(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/a\040b\134c`); got != `/a b\c` {
-		t.Errorf("got %q", got)
-	}
-}
-
 func TestIncompatiblePinnedMapsReplaced(t *testing.T) {
 	e := newEnv(t)
 	mustNil(t, os.MkdirAll(e.pinDir, 0o700))

@@ -8,16 +8,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/tick"
 )
 
 // Keys of Secret skipper-assign-key.
@@ -170,11 +171,11 @@ func (c *controller) reloadAssignKey(ctx context.Context) (*assignKey, error) {
 // watchAssignKey reads the Secret again every --assign-key-interval until
 // ctx ends, so a rotation step is taken without a restart.
 func (c *controller) watchAssignKey(ctx context.Context) {
-	wait.UntilWithContext(ctx, func(ctx context.Context) {
+	tick.Every(ctx, c.cfg.AssignKeyInterval, func(time.Time) {
 		if _, err := c.reloadAssignKey(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("read the assign key again; keeping the one in use", "err", err)
 		}
-	}, c.cfg.AssignKeyInterval)
+	})
 }
 
 // publishKeyConfigMap makes ConfigMap skipper-assign-key in ns hold every
@@ -232,21 +233,15 @@ func publishKeyConfigMap(ctx context.Context, core kubernetes.Interface, ns stri
 // deleteKeyConfigMap deletes cached, the ConfigMap skipper-assign-key of a
 // namespace that no longer holds a pool or a Function, when this
 // controller made it (labelled managed-by skipper-controller); one made by
-// anyone else is left alone. The UID precondition makes sure a ConfigMap
-// re-created meanwhile is never hit. It reports whether it deleted one.
+// anyone else is left alone; so is one re-created meanwhile (deleteUID).
+// It reports whether it deleted one.
 func deleteKeyConfigMap(ctx context.Context, core kubernetes.Interface, cached *corev1.ConfigMap) (bool, error) {
 	if cached == nil || cached.Labels[managedByLabel] != managedByValue || cached.DeletionTimestamp != nil {
 		return false, nil
 	}
-	uid := cached.UID
-	err := core.CoreV1().ConfigMaps(cached.Namespace).Delete(ctx, cached.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
-	switch {
-	case err == nil:
-		return true, nil
-	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-		return false, nil // gone already, or re-created: the informer will tell
+	deleted, err := deleteUID(ctx, core.CoreV1().ConfigMaps(cached.Namespace), cached.Name, cached.UID)
+	if err != nil {
+		return false, fmt.Errorf("delete configmap %s/%s: %w", cached.Namespace, cached.Name, err)
 	}
-	return false, fmt.Errorf("delete configmap %s/%s: %w", cached.Namespace, cached.Name, err)
+	return deleted, nil
 }

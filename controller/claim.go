@@ -17,8 +17,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
@@ -382,13 +380,10 @@ func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alph
 func (c *controller) deleteOrphan(pod *corev1.Pod, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.runCtx), c.cfg.AssignTimeout)
 	defer cancel()
-	uid := pod.UID
-	err := c.core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
+	_, err := deleteUID(ctx, c.core.CoreV1().Pods(pod.Namespace), pod.Name, pod.UID)
 	// Until the informer shows it gone, the pod must not be handed out.
 	c.claims.retire(pod.UID, time.Now().Add(assumedTTL))
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err != nil {
 		c.log.Error("delete pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause, "err", err)
 		return
 	}
@@ -399,18 +394,13 @@ func (c *controller) deleteOrphan(pod *corev1.Pod, cause error) {
 // owns (see orphaned). The owner of the key does it, so one replica acts.
 func (c *controller) deleteOrphans(ctx context.Context, key string, pods []*corev1.Pod) error {
 	for _, p := range orphaned(pods) {
-		uid := p.UID
-		err := c.core.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{
-			Preconditions: &metav1.Preconditions{UID: &uid},
-		})
-		switch {
-		case err == nil:
+		deleted, err := deleteUID(ctx, c.core.CoreV1().Pods(p.Namespace), p.Name, p.UID)
+		if err != nil {
+			return fmt.Errorf("delete orphaned instance %s/%s of function %s: %w", p.Namespace, p.Name, key, err)
+		}
+		if deleted {
 			c.log.Info("deleted orphaned instance: labelled for the function, owned by no Function",
 				"function", key, "pod", p.Namespace+"/"+p.Name)
-		case apierrors.IsNotFound(err), apierrors.IsConflict(err):
-			// gone already, or another pod by that name: the informer will tell
-		default:
-			return fmt.Errorf("delete orphaned instance %s/%s of function %s: %w", p.Namespace, p.Name, key, err)
 		}
 	}
 	return nil

@@ -20,6 +20,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/internal/tick"
 )
 
 // controller is one replica's state: informer caches, the ring as this
@@ -214,16 +215,9 @@ func (c *controller) addHandlers() {
 // the last one. A stalled watch thus shows as a growing lag (up to
 // assumedTTL) rather than as the last good figure.
 func (c *controller) measureLag(ctx context.Context) {
-	t := time.NewTicker(c.cfg.ScaleInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case now := <-t.C:
-			c.metrics.informerLag.Set(c.claims.lag(now).Seconds())
-		}
-	}
+	tick.After(ctx, c.cfg.ScaleInterval, func(now time.Time) {
+		c.metrics.informerLag.Set(c.claims.lag(now).Seconds())
+	})
 }
 
 // start runs the informers and work queues on c.wg; they stop when ctx ends.

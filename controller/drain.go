@@ -7,6 +7,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
@@ -74,16 +75,39 @@ func (c *controller) remove(ctx context.Context, pod *corev1.Pod, reason string,
 	c.claims.retire(pod.UID, until)
 }
 
-// deletePod deletes an instance this replica withdrew; the UID
-// precondition makes sure a pod of the same name is never hit.
+// deletePod deletes an instance this replica withdrew, and never another
+// pod of the same name (deleteUID).
 func (c *controller) deletePod(ctx context.Context, pod *corev1.Pod, reason string) {
-	uid := pod.UID
-	err := c.core.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
-		Preconditions: &metav1.Preconditions{UID: &uid},
-	})
-	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+	if _, err := deleteUID(ctx, c.core.CoreV1().Pods(pod.Namespace), pod.Name, pod.UID); err != nil {
 		c.log.Error("delete instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason, "err", err)
 		return
 	}
 	c.log.Info("deleted instance", "pod", pod.Namespace+"/"+pod.Name, "reason", reason)
+}
+
+// deleter is the Delete of one resource's typed client (Pods(ns),
+// ConfigMaps(ns), ...).
+type deleter interface {
+	Delete(ctx context.Context, name string, opts metav1.DeleteOptions) error
+}
+
+// deleteUID deletes the object called name whose UID is uid, and only it:
+// the UID precondition makes sure an object re-created under that name
+// meanwhile is never hit. It reports whether this call deleted it.
+//
+// NotFound (the object is gone already) and Conflict (the precondition
+// failed: the name now holds another object, so the one asked for is gone
+// too) are not errors: the goal of the delete, no object with uid, holds
+// either way, and the informer reports what is there now. Treating a
+// Conflict as a failure would retry, or log, a delete that can never
+// succeed and is no longer needed. Every other error is returned as is.
+func deleteUID(ctx context.Context, d deleter, name string, uid types.UID) (bool, error) {
+	err := d.Delete(ctx, name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(uid))})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err), apierrors.IsConflict(err):
+		return false, nil
+	}
+	return false, err
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/tick"
 )
 
 // Pre-connection (issue 15, the first call): a claim's assign used to open
@@ -141,14 +142,7 @@ const preconnectTick = 5 * time.Second
 // while its pod stays warm, and those that failed or found no free slot;
 // it waits for a slot rather than skip. It returns when ctx ends.
 func (c *controller) renewPreconnects(ctx context.Context) {
-	t := time.NewTicker(preconnectTick)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	tick.After(ctx, preconnectTick, func(time.Time) {
 		live := map[types.UID]bool{}
 		for _, p := range mineFirst(c.cache.unclaimedPoolPods(), c.owns) {
 			port, ok := v1alpha1.WarmPoolPodPort(p)
@@ -167,7 +161,7 @@ func (c *controller) renewPreconnects(ctx context.Context) {
 			}
 		}
 		c.preconn.keepOnly(live)
-	}
+	})
 }
 
 // mineFirst returns pods with those mine gives this replica first, keeping

@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 )
@@ -70,6 +72,13 @@ const (
 	recordBackoffMax  = 5 * time.Second
 )
 
+// doubling is the controller's back-off: base (at most max) at the first
+// Step, doubling at each Step after it up to max, for as many steps as
+// are taken. No jitter: each back-off is one function's or one pod's.
+func doubling(base, max time.Duration) wait.Backoff {
+	return wait.Backoff{Duration: min(base, max), Factor: 2, Cap: max, Steps: math.MaxInt32}
+}
+
 // startRecord writes the record of pod's claim for fn in the background,
 // once per pod at a time. Until it lands the pod stays assumed
 // (claims.assumedLocked keeps it past assumedTTL) and out of every
@@ -100,7 +109,7 @@ func (c *controller) startRecord(pod *corev1.Pod, fn *v1alpha1.Function, info cl
 func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.Function, info claimInfo) recordState {
 	uid := pod.UID
 	cur := pod
-	backoff := recordBackoffBase
+	backoff := doubling(recordBackoffBase, recordBackoffMax)
 	for attempt := 1; ; attempt++ {
 		switch st := recordStateOf(cur, uid, fn); st {
 		case recordDone:
@@ -144,14 +153,14 @@ func (c *controller) record(ctx context.Context, pod *corev1.Pod, fn *v1alpha1.F
 				}
 			}
 		}
-		c.log.Warn("record of claim failed, retrying", "function", fn.Key(), "pod", pod.Name, "attempt", attempt, "in", backoff, "err", err)
+		in := backoff.Step()
+		c.log.Warn("record of claim failed, retrying", "function", fn.Key(), "pod", pod.Name, "attempt", attempt, "in", in, "err", err)
 		select {
 		case <-ctx.Done():
 			c.log.Warn("claim left unrecorded at shutdown (the next owner adopts it)", "function", fn.Key(), "pod", pod.Name)
 			return recordNeeded
-		case <-time.After(backoff):
+		case <-time.After(in):
 		}
-		backoff = min(2*backoff, recordBackoffMax)
 	}
 }
 

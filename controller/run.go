@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"skipper.dev/skipper/controller/trust"
+	"skipper.dev/skipper/internal/loglevel"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -46,7 +47,7 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration:\n%w", err)
 	}
-	level, _ := parseLevel(cfg.LogLevel)
+	level, _ := loglevel.Parse(cfg.LogLevel) // validated
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// client-go logs through klog; send it to the same structured stream.
 	klog.SetSlogLogger(log.With("component", "client-go"))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net"
 	"slices"
 	"time"
@@ -324,7 +323,7 @@ func (s *server) GetState(ctx context.Context, req *skipperv1.GetStateRequest) (
 		if sup := c.sups[key]; sup != nil {
 			if v := sup.view.Load(); v != nil {
 				fs.Desired, fs.LastScaleReason = uint32(max(v.desired, 0)), v.reason
-				fs.InFlight, fs.Queued = clampUint32(v.inFlight), clampUint32(v.queued)
+				fs.InFlight, fs.Queued = skipperv1.ClampUint32(v.inFlight), skipperv1.ClampUint32(v.queued)
 			}
 		}
 		resp.Functions = append(resp.Functions, fs)
@@ -460,8 +459,6 @@ func (s *server) Connect(stream grpc.BidiStreamingServer[skipperv1.RouterMessage
 		}
 	}
 }
-
-func clampUint32(n int64) uint32 { return uint32(min(max(n, 0), math.MaxUint32)) }
 
 func timestamp(t time.Time) *timestamppb.Timestamp { return timestamppb.New(t) }
 

@@ -10,9 +10,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
+	"skipper.dev/skipper/internal/tick"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -45,9 +47,12 @@ type supervisor struct {
 	exhausted string
 	// failures counts claims failed in a row for another reason than an
 	// empty pool (the instance refused its assignment, the API failed);
-	// scale-up waits until retryAt, backing off exponentially, so a function
-	// whose instances never accept it does not churn through its pool.
+	// scale-up waits until retryAt, backing off (backoff: the scale
+	// interval doubling up to maxClaimBackoff, begun afresh at the first
+	// failure), so a function whose instances never accept it does not
+	// churn through its pool.
 	failures int
+	backoff  wait.Backoff
 	retryAt  time.Time
 
 	// deferFirstTick: the first tick waits one interval. Set for a
@@ -258,12 +263,15 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 		c.event(fn, corev1.EventTypeWarning, "ClaimFailed", "%v", err)
 		if s != nil {
 			s.mu.Lock()
+			if s.failures == 0 {
+				s.backoff = doubling(c.cfg.ScaleInterval, maxClaimBackoff)
+			}
 			s.failures++
 			failures := s.failures // read under the lock: concurrent claims end here too
-			wait := min(c.cfg.ScaleInterval<<min(failures-1, 16), maxClaimBackoff)
-			s.retryAt = time.Now().Add(wait)
+			in := s.backoff.Step()
+			s.retryAt = time.Now().Add(in)
 			s.mu.Unlock()
-			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", failures, "retry_in", wait, "err", err)
+			c.log.Warn("claim failed, scale-up backs off", "function", fn.Key(), "failures", failures, "retry_in", in, "err", err)
 		}
 		return
 	}
@@ -279,21 +287,19 @@ func (c *controller) claimDone(fn *v1alpha1.Function, err error) {
 const maxClaimBackoff = time.Minute
 
 // run ticks every --scale-interval until a tick says stop or ctx ends.
+// A tick's own work runs under ctx, not the loop's, which its stop ends.
 func (s *supervisor) run(ctx context.Context) {
-	t := time.NewTicker(s.cfg.ScaleInterval)
-	defer t.Stop()
-	for wait := s.deferFirstTick; ; wait = true {
-		if wait {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-		if !s.tick(ctx, time.Now()) {
-			return
-		}
+	loop, stop := context.WithCancel(ctx)
+	defer stop()
+	every := tick.Every
+	if s.deferFirstTick {
+		every = tick.After
 	}
+	every(loop, s.cfg.ScaleInterval, func(now time.Time) {
+		if !s.tick(ctx, now) {
+			stop()
+		}
+	})
 }
 
 func (c *controller) dropSupervisor(s *supervisor) {

@@ -18,6 +18,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/tick"
 )
 
 // Pre-connection (issue 15, the first call): a function's first call used
@@ -259,12 +260,10 @@ func (pc *preconnector) run(ctx context.Context) {
 		pc.mu.Unlock()
 		pc.wg.Wait()
 	}()
-	tick := time.NewTicker(preconnectTick)
-	defer tick.Stop()
-	for {
+	tick.Every(ctx, preconnectTick, func(now time.Time) {
 		pc.fill()
 		pc.mu.Lock()
-		due := pc.dueLocked(time.Now())
+		due := pc.dueLocked(now)
 		pc.mu.Unlock()
 		for uid, t := range due {
 			select {
@@ -280,12 +279,7 @@ func (pc *preconnector) run(ctx context.Context) {
 			}
 			pc.mu.Unlock()
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // open sends the GET of the assign endpoint for pod uid to addr, on the

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/internal/loglevel"
 	"skipper.dev/skipper/noderouter/callers"
 	"skipper.dev/skipper/noderouter/cgroup"
 	"skipper.dev/skipper/noderouter/localaddr"
@@ -41,7 +42,7 @@ func Run(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
-	level, _ := parseLevel(cfg.LogLevel) // validated
+	level, _ := loglevel.Parse(cfg.LogLevel) // validated
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level})).With("node", cfg.NodeName)
 
 	var cs kubernetes.Interface

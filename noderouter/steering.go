@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/internal/tick"
 )
 
 // startBPF loads the steering programs as cfg.BPF says and, when they are
@@ -148,7 +149,7 @@ func (rt *router) markDials() {
 // ctx ends. A failed heartbeat is logged; if they keep failing, steering
 // fails open after BPFMaxAge, which is the point.
 func (rt *router) heartbeat(ctx context.Context) {
-	every(ctx, rt.cfg.BPFMaxAge/4, func(time.Time) {
+	tick.Every(ctx, rt.cfg.BPFMaxAge/4, func(time.Time) {
 		if err := rt.steer.Heartbeat(); err != nil {
 			rt.log.Warn("bpf liveness heartbeat", "err", err)
 		}

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"skipper.dev/skipper/internal/tick"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -147,7 +148,7 @@ func (cp *controlPlane) drop(e *route.Entry, removed bool) {
 // removed ones whose last report could not be sent (no stream to their
 // owner) once they are idle too.
 func (cp *controlPlane) sweepLoop(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, cp.sweep)
+	tick.Every(ctx, interval, cp.sweep)
 }
 
 func (cp *controlPlane) sweep(now time.Time) {

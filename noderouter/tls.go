@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"skipper.dev/skipper/noderouter/route"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles"
 )
 
@@ -73,7 +74,7 @@ func isDNSName(s string) bool {
 		return false
 	}
 	for l := range strings.SplitSeq(s, ".") {
-		if !isLabel(l) {
+		if !route.IsDNSLabel(l) {
 			return false
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"skipper.dev/skipper/internal/tick"
 	"skipper.dev/skipper/noderouter/cgroup"
 	"skipper.dev/skipper/noderouter/route"
 )
@@ -60,7 +61,7 @@ func (s *usageSampler) get(uid string) (instanceUsage, bool) {
 
 // run samples every interval until ctx ends.
 func (s *usageSampler) run(ctx context.Context, interval time.Duration) {
-	every(ctx, interval, s.sample)
+	tick.Every(ctx, interval, s.sample)
 }
 
 // sample reads every local instance once and publishes the figures.

@@ -7,34 +7,41 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/moby/sys/mountinfo"
 )
 
-func TestParseMounts(t *testing.T) {
+// TestMountsOf reads mount tables in /proc/self/mountinfo's format: a v1
+// hierarchy's controllers are among its superblock options (after the -).
+func TestMountsOf(t *testing.T) {
+	const (
+		v2Root    = "26 21 0:23 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+		v2Unified = "40 30 0:37 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n"
+	)
 	tests := []struct {
 		name   string
 		mounts string
 		v2     []string // cgroup.controllers of the cgroup2 root
 		want   Mounts
 	}{
-		{"pure v2", "cgroup2 /sys/fs/cgroup cgroup2 rw,nosuid 0 0\n", []string{"cpu", "memory", "pids"},
+		{"pure v2", v2Root, []string{"cpu", "memory", "pids"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup", true}, Memory: Hierarchy{"/sys/fs/cgroup", true}}},
-		{"hybrid: v2 without the controllers", "cgroup /sys/fs/cgroup/cpuacct cgroup rw,cpuacct 0 0\n" +
-			"cgroup /sys/fs/cgroup/memory cgroup rw,memory 0 0\ncgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n", []string{"hugetlb"},
+		{"hybrid: v2 without the controllers", "32 30 0:29 / /sys/fs/cgroup/cpuacct rw - cgroup cgroup rw,cpuacct\n" +
+			"34 30 0:31 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n" + v2Unified, []string{"hugetlb"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup/cpuacct", false}, Memory: Hierarchy{"/sys/fs/cgroup/memory", false}}},
-		{"v2 memory, v1 cpu,cpuacct co-mounted", "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n" +
-			"cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n", []string{"memory"},
+		{"v2 memory, v1 cpu,cpuacct co-mounted", "31 30 0:28 / /sys/fs/cgroup/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n" + v2Unified, []string{"memory"},
 			Mounts{CPU: Hierarchy{"/sys/fs/cgroup/cpu,cpuacct", false}, Memory: Hierarchy{"/sys/fs/cgroup/unified", true}}},
-		{"escaped mount point", `cgroup2 /mnt/my\040cgroups cgroup2 rw 0 0` + "\n", []string{"cpu"},
+		{"escaped mount point", `26 21 0:23 / /mnt/my\040cgroups rw - cgroup2 cgroup2 rw` + "\n", []string{"cpu"},
 			Mounts{CPU: Hierarchy{"/mnt/my cgroups", true}}},
-		{"cpu without cpuacct is not enough on v1", "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", nil, Mounts{}},
-		{"none", "proc /proc proc rw 0 0\nshort line\n", nil, Mounts{}},
+		{"cpu without cpuacct is not enough on v1", "31 30 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n", nil, Mounts{}},
+		{"none", "22 26 0:21 / /proc rw - proc proc rw\n", nil, Mounts{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseMounts(strings.NewReader(tt.mounts), func(string) []string { return tt.v2 })
+			ms, err := mountinfo.GetMountsFromReader(strings.NewReader(tt.mounts), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
+			got := MountsOf(ms, func(string) []string { return tt.v2 })
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -163,6 +170,6 @@ func TestReaderRescanBound(t *testing.T) {
 
 func TestOpenWithoutHierarchies(t *testing.T) {
 	if _, err := Open(t.TempDir(), "/"); err == nil {
-		t.Error("no /proc/mounts: want an error")
+		t.Error("no mount table: want an error")
 	}
 }

@@ -2,7 +2,8 @@
 // the router's node from their cgroups, for the per-instance cpu_millicores
 // and memory_bytes of the router's reports.
 //
-// Hierarchies (ParseMounts): from /proc/mounts, each resource is read from
+// Hierarchies (MountsOf): from the mount table (/proc/self/mountinfo,
+// parsed by github.com/moby/sys/mountinfo), each resource is read from
 // the cgroup2 hierarchy when its root's cgroup.controllers lists the
 // controller (cpu, memory), else from the v1 hierarchy mounted with
 // cpuacct, respectively memory (hybrid hosts bind them to v1). A resource

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // FuzzPodUID: directory names of either driver never panic, a UID found is
@@ -32,9 +34,11 @@ func FuzzPodUID(f *testing.F) {
 
 // FuzzParse: mounts, stat files and numbers never panic.
 func FuzzParse(f *testing.F) {
-	f.Add("cgroup2 /sys/fs/cgroup cgroup2 rw 0 0\ncgroup /a\\040b cgroup rw,cpuacct,memory 0 0\n", "usage_usec 12\ninactive_file 3\n", "100\n")
+	f.Add("26 21 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n31 30 0:28 / /a\\040b rw - cgroup cgroup rw,cpuacct,memory\n", "usage_usec 12\ninactive_file 3\n", "100\n")
 	f.Fuzz(func(t *testing.T, mounts, stat, num string) {
-		_, _ = ParseMounts(strings.NewReader(mounts), func(string) []string { return strings.Fields(stat) })
+		if ms, err := mountinfo.GetMountsFromReader(strings.NewReader(mounts), nil); err == nil {
+			_ = MountsOf(ms, func(string) []string { return strings.Fields(stat) })
+		}
 		_, _ = CPUUsage(true, []byte(stat))
 		_, _ = CPUUsage(false, []byte(num))
 		if ws, err := WorkingSet(true, []byte(num), []byte(stat)); err == nil {

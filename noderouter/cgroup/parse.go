@@ -1,15 +1,15 @@
 package cgroup
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Hierarchy is where one resource is read: a cgroup mount point.
@@ -24,72 +24,36 @@ type Mounts struct {
 	CPU, Memory Hierarchy
 }
 
-// ParseMounts picks the hierarchies from a /proc/mounts text. v2Controllers
-// returns the controllers listed in a cgroup2 mount's root
-// cgroup.controllers.
-func ParseMounts(r io.Reader, v2Controllers func(mount string) []string) (Mounts, error) {
-	var m Mounts
-	var v2 string
-	var cpuV1, memV1 string
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 4 {
-			continue
-		}
-		mount := unescape(f[1])
-		switch f[2] {
-		case "cgroup2":
-			if v2 == "" {
-				v2 = mount
-			}
-		case "cgroup":
-			opts := strings.Split(f[3], ",")
-			if cpuV1 == "" && slices.Contains(opts, "cpuacct") {
-				cpuV1 = mount
-			}
-			if memV1 == "" && slices.Contains(opts, "memory") {
-				memV1 = mount
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return m, fmt.Errorf("read mounts: %w", err)
-	}
+// MountsOf picks the hierarchies from a mount table (mountinfo.GetMounts
+// or GetMountsFromReader). v2Controllers returns the controllers listed in
+// a cgroup2 mount's root cgroup.controllers.
+func MountsOf(mounts []*mountinfo.Info, v2Controllers func(mount string) []string) Mounts {
+	v2 := mountOf(mounts, "cgroup2", "")
 	var ctrls []string
 	if v2 != "" {
 		ctrls = v2Controllers(v2)
 	}
-	pick := func(ctrl, v1 string) Hierarchy {
+	pick := func(ctrl, v1opt string) Hierarchy {
 		if v2 != "" && slices.Contains(ctrls, ctrl) {
 			return Hierarchy{Mount: v2, V2: true}
 		}
-		if v1 != "" {
+		if v1 := mountOf(mounts, "cgroup", v1opt); v1 != "" {
 			return Hierarchy{Mount: v1}
 		}
 		return Hierarchy{}
 	}
-	m.CPU, m.Memory = pick("cpu", cpuV1), pick("memory", memV1)
-	return m, nil
+	return Mounts{CPU: pick("cpu", "cpuacct"), Memory: pick("memory", "memory")}
 }
 
-// unescape undoes the octal escapes of /proc/mounts (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
+// mountOf returns the mount point of the first mount of fsType whose
+// superblock options include opt (any, for ""), or "".
+func mountOf(mounts []*mountinfo.Info, fsType, opt string) string {
+	for _, m := range mounts {
+		if m.FSType == fsType && (opt == "" || slices.Contains(strings.Split(m.VFSOptions, ","), opt)) {
+			return m.Mountpoint
 		}
-		b.WriteByte(s[i])
 	}
-	return b.String()
+	return ""
 }
 
 // PodUID returns the pod UID a kubelet cgroup directory name carries:

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // Bounds of the walk that finds pod directories.
@@ -47,24 +49,25 @@ type Reader struct {
 	lastScan time.Time
 }
 
-// Open reads prefix/proc/mounts and returns a Reader of the pods below
-// root in each hierarchy.
+// Open reads the mount table prefix/proc/self/mountinfo and returns a
+// Reader of the pods below root in each hierarchy.
 func Open(prefix, root string) (*Reader, error) {
-	f, err := os.Open(filepath.Join(prefix, "/proc/mounts"))
+	f, err := os.Open(filepath.Join(prefix, "/proc/self/mountinfo"))
 	if err != nil {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}
 	defer f.Close()
-	m, err := ParseMounts(f, func(mount string) []string {
+	ms, err := mountinfo.GetMountsFromReader(f, mountinfo.FSTypeFilter("cgroup", "cgroup2"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroups: read mounts: %w", err)
+	}
+	m := MountsOf(ms, func(mount string) []string {
 		b, err := os.ReadFile(filepath.Join(prefix, mount, "cgroup.controllers"))
 		if err != nil {
 			return nil
 		}
 		return strings.Fields(string(b))
 	})
-	if err != nil {
-		return nil, fmt.Errorf("cgroups: %w", err)
-	}
 	if m.CPU.Mount == "" && m.Memory.Mount == "" {
 		return nil, ErrNoHierarchy
 	}

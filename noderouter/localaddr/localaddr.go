@@ -14,6 +14,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"skipper.dev/skipper/internal/tick"
 )
 
 // Names of what Ensure creates.
@@ -285,20 +287,13 @@ func (m *Manager) Remove() error {
 // Run calls Ensure every interval until ctx ends, logging what it had to
 // restore and any error (the next tick tries again).
 func (m *Manager) Run(ctx context.Context, interval time.Duration, log *slog.Logger) {
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			where, a, err := m.Ensure()
-			switch {
-			case err != nil:
-				log.Warn("reconcile local address", "addr", m.Addr.String(), "err", err)
-			case !a.None():
-				log.Info("restored local address", "addr", m.Addr.String(), "on", string(where), "changes", fmt.Sprintf("%+v", a))
-			}
+	tick.After(ctx, interval, func(time.Time) {
+		where, a, err := m.Ensure()
+		switch {
+		case err != nil:
+			log.Warn("reconcile local address", "addr", m.Addr.String(), "err", err)
+		case !a.None():
+			log.Info("restored local address", "addr", m.Addr.String(), "on", string(where), "changes", fmt.Sprintf("%+v", a))
 		}
-	}
+	})
 }

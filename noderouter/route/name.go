@@ -41,7 +41,7 @@ func ParseHeader(v, defaultNamespace string) (Ref, error) {
 		ns, name = defaultNamespace, v
 	}
 	r := Ref{Namespace: ns, Name: name}
-	if !isDNSLabel(r.Namespace) || !isDNSLabel(r.Name) {
+	if !IsDNSLabel(r.Namespace) || !IsDNSLabel(r.Name) {
 		return Ref{}, fmt.Errorf("%w: %q: namespace and name must be DNS labels", ErrMalformed, v)
 	}
 	return r, nil
@@ -69,15 +69,16 @@ func ParseHost(host string) (r Ref, ok bool, err error) {
 	h = h[:len(h)-len(HostSuffix)]
 	name, ns, found := strings.Cut(h, ".")
 	r = Ref{Namespace: ns, Name: name}
-	if !found || !isDNSLabel(r.Namespace) || !isDNSLabel(r.Name) {
+	if !found || !IsDNSLabel(r.Namespace) || !IsDNSLabel(r.Name) {
 		return Ref{}, true, fmt.Errorf("%w: host %q: want <name>.<namespace>.fn with DNS labels", ErrMalformed, host)
 	}
 	return r, true, nil
 }
 
-// isDNSLabel reports whether s is an RFC 1123 label: 1–63 of [a-z0-9-],
-// starting and ending alphanumeric.
-func isDNSLabel(s string) bool {
+// IsDNSLabel reports whether s is an RFC 1123 label: 1–63 of [a-z0-9-],
+// starting and ending alphanumeric. The router's one label check (names,
+// --default-namespace, TLS server names); it allocates nothing.
+func IsDNSLabel(s string) bool {
 	if len(s) == 0 || len(s) > 63 {
 		return false
 	}

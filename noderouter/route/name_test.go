@@ -96,7 +96,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		if r, err := ParseHeader(s, "default"); err == nil {
-			if !isDNSLabel(r.Namespace) || !isDNSLabel(r.Name) {
+			if !IsDNSLabel(r.Namespace) || !IsDNSLabel(r.Name) {
 				t.Fatalf("ParseHeader(%q) accepted %+v", s, r)
 			}
 			back, ok, err := ParseHost(r.Name + "." + r.Namespace + ".fn")
@@ -152,7 +152,7 @@ func FuzzParseHost(f *testing.F) {
 			}
 			return
 		}
-		if !isDNSLabel(r.Namespace) || !isDNSLabel(r.Name) {
+		if !IsDNSLabel(r.Namespace) || !IsDNSLabel(r.Name) {
 			t.Fatalf("ParseHost(%q) accepted %+v", host, r)
 		}
 		for i := 0; i < len(host); i++ {

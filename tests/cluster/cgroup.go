@@ -47,7 +47,7 @@ type Cgroups struct {
 	All []linuxhost.Hierarchy
 }
 
-// FindCgroups locates the hierarchies from /proc/mounts.
+// FindCgroups locates the hierarchies from the mount table (linuxhost).
 func FindCgroups(name string) (Cgroups, error) {
 	hs, err := linuxhost.Hierarchies()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"skipper.dev/skipper/internal/tick"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -73,18 +74,11 @@ func routerIdentity(ctx context.Context, cs kubernetes.Interface, name, image st
 	renewed := make(chan struct{})
 	go func() { // owned by ctx: renews until the tests end
 		defer close(renewed)
-		t := time.NewTicker(tokenRenew)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				if err := write(ctx); err != nil && ctx.Err() == nil {
-					fmt.Fprintln(os.Stderr, "integration:", err)
-				}
+		tick.After(ctx, tokenRenew, func(time.Time) {
+			if err := write(ctx); err != nil && ctx.Err() == nil {
+				fmt.Fprintln(os.Stderr, "integration:", err)
 			}
-		}
+		})
 	}()
 	stop := cleanup
 	return tokenFile, func() { <-renewed; stop(); _ = os.RemoveAll(dir) }, nil

@@ -1,10 +1,8 @@
 package linuxhost
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/moby/sys/mountinfo"
 )
 
 // ErrNoCgroup2 is returned when no cgroup2 filesystem is mounted.
@@ -35,34 +35,42 @@ type Hierarchy struct {
 func (h Hierarchy) V2() bool { return len(h.Controllers) == 0 }
 
 // Hierarchies returns the cgroup2 hierarchy first, then each v1 hierarchy
-// holding one of PodControllers, read from /proc/mounts (pure cgroup v2 at
-// /sys/fs/cgroup, or hybrid with cgroup2 at /sys/fs/cgroup/unified; never
-// assumed). It fails with ErrNoCgroup2 when cgroup2 is not mounted.
+// holding one of PodControllers, read from the mount table (pure cgroup v2
+// at /sys/fs/cgroup, or hybrid with cgroup2 at /sys/fs/cgroup/unified;
+// never assumed). It fails with ErrNoCgroup2 when cgroup2 is not mounted.
 func Hierarchies() ([]Hierarchy, error) {
-	f, err := os.Open("/proc/mounts")
+	ms, err := cgroupMounts()
 	if err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
+		return nil, err
 	}
-	defer f.Close()
-	return ParseHierarchies(f)
+	return HierarchiesOf(ms)
 }
 
 // AllHierarchies is Hierarchies with every mounted v1 hierarchy, not only
 // those of PodControllers (devices, freezer, blkio, name=systemd, ...):
 // runc and the kubelet make a container's cgroup in each, so whoever
 // removes a tree of them must walk them all. A v1 hierarchy's Controllers
-// are its mount options naming a controller or a name=.
+// are its superblock options naming a controller or a name=.
 func AllHierarchies() ([]Hierarchy, error) {
-	f, err := os.Open("/proc/mounts")
+	ms, err := cgroupMounts()
+	if err != nil {
+		return nil, err
+	}
+	return hierarchiesOf(ms, isController)
+}
+
+// cgroupMounts reads the cgroup and cgroup2 mounts of this process's mount
+// namespace.
+func cgroupMounts() ([]*mountinfo.Info, error) {
+	ms, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil, fmt.Errorf("read mounts: %w", err)
 	}
-	defer f.Close()
-	return parseHierarchies(f, isController)
+	return ms, nil
 }
 
-// isController reports whether a cgroup v1 mount option names what the
-// hierarchy holds (a controller, or name=), not a mount flag.
+// isController reports whether a cgroup v1 superblock option names what
+// the hierarchy holds (a controller, or name=), not a mount flag.
 func isController(opt string) bool {
 	switch opt {
 	case "rw", "ro", "relatime", "noatime", "nodiratime", "strictatime", "nosuid", "nodev", "noexec",
@@ -81,32 +89,28 @@ func Cgroup2Mount() (string, error) {
 	return hs[0].Mount, nil
 }
 
-// ParseHierarchies is Hierarchies on a /proc/mounts text. A hierarchy
-// mounted twice is listed once, at its first mount point.
-func ParseHierarchies(r io.Reader) ([]Hierarchy, error) {
-	return parseHierarchies(r, func(opt string) bool { return slices.Contains(PodControllers, opt) })
+// HierarchiesOf is Hierarchies on a mount table (mountinfo.GetMounts or
+// GetMountsFromReader). A hierarchy mounted twice is listed once, at its
+// first mount point.
+func HierarchiesOf(mounts []*mountinfo.Info) ([]Hierarchy, error) {
+	return hierarchiesOf(mounts, func(opt string) bool { return slices.Contains(PodControllers, opt) })
 }
 
-// parseHierarchies lists cgroup2 first, then each v1 hierarchy with an
-// option keep accepts (the options kept as its Controllers).
-func parseHierarchies(r io.Reader, keep func(opt string) bool) ([]Hierarchy, error) {
+// hierarchiesOf lists cgroup2 first, then each v1 hierarchy with a
+// superblock option keep accepts (the options kept as its Controllers).
+func hierarchiesOf(mounts []*mountinfo.Info, keep func(opt string) bool) ([]Hierarchy, error) {
 	var v2 string
 	var v1 []Hierarchy
 	seen := map[string]bool{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 4 {
-			continue
-		}
-		switch fields[2] {
+	for _, m := range mounts {
+		switch m.FSType {
 		case "cgroup2":
 			if v2 == "" {
-				v2 = UnescapeMount(fields[1])
+				v2 = m.Mountpoint
 			}
 		case "cgroup":
 			var ctrls []string
-			for _, opt := range strings.Split(fields[3], ",") {
+			for _, opt := range strings.Split(m.VFSOptions, ",") {
 				if keep(opt) {
 					ctrls = append(ctrls, opt)
 				}
@@ -116,36 +120,13 @@ func parseHierarchies(r io.Reader, keep func(opt string) bool) ([]Hierarchy, err
 				continue
 			}
 			seen[key] = true
-			v1 = append(v1, Hierarchy{Mount: UnescapeMount(fields[1]), Controllers: ctrls})
+			v1 = append(v1, Hierarchy{Mount: m.Mountpoint, Controllers: ctrls})
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read mounts: %w", err)
 	}
 	if v2 == "" {
 		return nil, ErrNoCgroup2
 	}
 	return append([]Hierarchy{{Mount: v2}}, v1...), nil
-}
-
-// UnescapeMount undoes the octal escapes (\040 for space) of /proc/mounts
-// and /proc/self/mountinfo.
-func UnescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // Dirs returns the cgroup rel (a path relative to each hierarchy's root,

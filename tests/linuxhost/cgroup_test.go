@@ -1,7 +1,6 @@
 package linuxhost
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -11,24 +10,33 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/moby/sys/mountinfo"
 )
 
-func TestParseHierarchies(t *testing.T) {
+// mount is one mount table entry: what HierarchiesOf reads of it.
+func mount(fsType, point, superOpts string) *mountinfo.Info {
+	return &mountinfo.Info{FSType: fsType, Mountpoint: point, VFSOptions: superOpts}
+}
+
+func TestHierarchiesOf(t *testing.T) {
 	tests := []struct {
-		name, mounts string
-		want         []Hierarchy
-		wantErr      error
+		name    string
+		mounts  []*mountinfo.Info
+		want    []Hierarchy
+		wantErr error
 	}{
 		{
 			name: "hybrid",
-			mounts: "tmpfs /sys/fs/cgroup tmpfs rw 0 0\n" +
-				"cgroup /sys/fs/cgroup/cpu cgroup rw,relatime,cpu 0 0\n" +
-				"cgroup /sys/fs/cgroup/cpuacct cgroup rw,relatime,cpuacct 0 0\n" +
-				"cgroup /sys/fs/cgroup/cpuset cgroup rw,relatime,cpuset 0 0\n" +
-				"cgroup /sys/fs/cgroup/memory cgroup rw,relatime,memory 0 0\n" +
-				"cgroup /sys/fs/cgroup/pids cgroup rw,relatime,pids 0 0\n" +
-				"cgroup /sys/fs/cgroup/systemd cgroup rw,relatime,name=systemd 0 0\n" +
-				"cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n",
+			mounts: []*mountinfo.Info{
+				mount("tmpfs", "/sys/fs/cgroup", "rw"),
+				mount("cgroup", "/sys/fs/cgroup/cpu", "rw,cpu"),
+				mount("cgroup", "/sys/fs/cgroup/cpuacct", "rw,cpuacct"),
+				mount("cgroup", "/sys/fs/cgroup/cpuset", "rw,cpuset"),
+				mount("cgroup", "/sys/fs/cgroup/memory", "rw,memory"),
+				mount("cgroup", "/sys/fs/cgroup/pids", "rw,pids"),
+				mount("cgroup", "/sys/fs/cgroup/systemd", "rw,name=systemd"),
+				mount("cgroup2", "/sys/fs/cgroup/unified", "rw"),
+			},
 			want: []Hierarchy{{Mount: "/sys/fs/cgroup/unified"},
 				{Mount: "/sys/fs/cgroup/cpu", Controllers: []string{"cpu"}},
 				{Mount: "/sys/fs/cgroup/cpuacct", Controllers: []string{"cpuacct"}},
@@ -37,19 +45,20 @@ func TestParseHierarchies(t *testing.T) {
 		},
 		{
 			name: "combined cpu,cpuacct mounted twice",
-			mounts: "cgroup /sys/fs/cgroup/cpu,cpuacct cgroup rw,cpu,cpuacct 0 0\n" +
-				"cgroup /mnt/again cgroup rw,cpu,cpuacct 0 0\n" +
-				"cgroup2 /sys/fs/cgroup/unified cgroup2 rw 0 0\n",
+			mounts: []*mountinfo.Info{
+				mount("cgroup", "/sys/fs/cgroup/cpu,cpuacct", "rw,cpu,cpuacct"),
+				mount("cgroup", "/mnt/again", "rw,cpu,cpuacct"),
+				mount("cgroup2", "/sys/fs/cgroup/unified", "rw"),
+			},
 			want: []Hierarchy{{Mount: "/sys/fs/cgroup/unified"},
 				{Mount: "/sys/fs/cgroup/cpu,cpuacct", Controllers: []string{"cpu", "cpuacct"}}},
 		},
-		{name: "unified", mounts: "cgroup2 /sys/fs/cgroup cgroup2 rw,nsdelegate 0 0\n", want: []Hierarchy{{Mount: "/sys/fs/cgroup"}}},
-		{name: "escaped", mounts: "cgroup2 /mnt/my\\040cg cgroup2 rw 0 0\n", want: []Hierarchy{{Mount: "/mnt/my cg"}}},
-		{name: "no cgroup2", mounts: "cgroup /sys/fs/cgroup/cpu cgroup rw,cpu 0 0\n", wantErr: ErrNoCgroup2},
+		{name: "unified", mounts: []*mountinfo.Info{mount("cgroup2", "/sys/fs/cgroup", "rw,nsdelegate")}, want: []Hierarchy{{Mount: "/sys/fs/cgroup"}}},
+		{name: "no cgroup2", mounts: []*mountinfo.Info{mount("cgroup", "/sys/fs/cgroup/cpu", "rw,cpu")}, wantErr: ErrNoCgroup2},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseHierarchies(bytes.NewBufferString(tt.mounts))
+			got, err := HierarchiesOf(tt.mounts)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}

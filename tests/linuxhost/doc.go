@@ -9,7 +9,8 @@
 //   - No function leaves the calling goroutine's thread in another network
 //     namespace: namespaces are entered on a dedicated locked thread that
 //     returns to its namespace, or is retired by the runtime when it cannot.
-//   - Mounts are found by parsing /proc/mounts, never assumed.
+//   - Mounts are read from the mount table (github.com/moby/sys/mountinfo),
+//     never assumed.
 //   - Creation and removal are idempotent: a missing piece on removal, or an
 //     existing one on creation, is not an error.
 package linuxhost
