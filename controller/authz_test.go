@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/trust"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -204,10 +205,7 @@ func TestForwardedCallerReviewedByOwner(t *testing.T) {
 	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
 	a := startReplica(t, e, "ctl-a", la, withAuth)
 	startReplica(t, e, "ctl-b", lb, withAuth)
-	eventually(t, "A sees a two-member ring", func() bool {
-		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
-		return strings.Contains(ma, "skipper_controller_ring_members 2")
-	})
+	poll.Until(t, pollTimeout, pollInterval, "A sees a two-member ring", func(context.Context) error { return ringMembers(t, 2, a) })
 	call := func(token string, rid *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, error) {
 		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), trust.HeaderAuthorization, "Bearer "+tok(token)), 5*time.Second)
 		defer cancel()

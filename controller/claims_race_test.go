@@ -13,6 +13,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -150,11 +151,14 @@ func TestConcurrentClaimReleaseOwnershipMove(t *testing.T) {
 	}
 
 	reservedLeft := 0
-	eventually(t, "the claims in flight to end", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the claims in flight to end", func(context.Context) error {
 		c.claims.mu.Lock()
 		defer c.claims.mu.Unlock()
 		reservedLeft = len(c.claims.reserved)
-		return c.claims.inFlightLocked() == 0
+		if n := c.claims.inFlightLocked(); n != 0 {
+			return fmt.Errorf("%d in flight", n)
+		}
+		return nil
 	})
 	if reservedLeft != 0 {
 		t.Errorf("%d pods reserved with no claim in flight", reservedLeft)

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func TestPoolStats(t *testing.T) {
@@ -361,14 +363,20 @@ func TestSyncPoolScales(t *testing.T) {
 	if got, on := patches.all(), patches.names(); len(got) != 1 || got[0] != 6 || on[0] != "echo" {
 		t.Fatalf("patched %v on %v, want 6 on the autoscaled pool only", got, on)
 	}
-	eventually(t, "an Event says why", func() bool {
-		evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	poll.Until(t, pollTimeout, pollInterval, "an Event says why", func(ctx context.Context) error {
+		evs, err := e.core.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
 		var scaled, invalid bool
 		for _, ev := range evs.Items {
 			scaled = scaled || ev.Reason == "PoolScaled" && ev.InvolvedObject.Name == "echo" && strings.Contains(ev.Message, "replicas 2 → 6")
 			invalid = invalid || ev.Reason == "InvalidPoolAutoscale" && ev.InvolvedObject.Name == "bad"
 		}
-		return scaled && invalid
+		if !scaled || !invalid {
+			return fmt.Errorf("PoolScaled event %t, InvalidPoolAutoscale event %t", scaled, invalid)
+		}
+		return nil
 	})
 }
 

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func withPort(port int32) podOpt {
@@ -114,13 +117,12 @@ func preconnectedReplica(t *testing.T, e *testEnv) (r *replica, requests func() 
 		defer e.mu.Unlock()
 		return append([]string(nil), e.requests...)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(requests()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no pre-connection to the ready pool pod")
+	poll.Until(t, 10*time.Second, pollInterval, "a pre-connection to the ready pool pod", func(context.Context) error {
+		if len(requests()) == 0 {
+			return errors.New("no request yet")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return r, requests
 }
 

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"skipper.dev/skipper/controller/scaling"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -428,13 +430,13 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 		Function: ref("default", "hello"), InFlight: math.MaxUint32, Queued: math.MaxUint32, RequestsTotal: math.MaxUint64,
 		Instances: []*skipperv1.InstanceReport{{PodUid: "uid-p1", InFlight: math.MaxUint32, CpuMillicores: proto.Uint64(math.MaxUint64)}},
 	}}})
-	eventually(t, "violations counted", func() bool {
-		_, body := httpGetBody(t, r.httpAddr, "/metrics")
-		return strings.Contains(body, `skipper_controller_wire_violations_total{field="in_flight"} 1`) &&
-			strings.Contains(body, `skipper_controller_wire_violations_total{field="queued"} 1`) &&
-			strings.Contains(body, `skipper_controller_wire_violations_total{field="counters"} 1`) &&
-			strings.Contains(body, `skipper_controller_wire_violations_total{field="sent"} 1`) &&
-			strings.Contains(body, `skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
+	poll.Until(t, pollTimeout, pollInterval, "violations counted", func(context.Context) error {
+		return metricLines(t, r,
+			`skipper_controller_wire_violations_total{field="in_flight"} 1`,
+			`skipper_controller_wire_violations_total{field="queued"} 1`,
+			`skipper_controller_wire_violations_total{field="counters"} 1`,
+			`skipper_controller_wire_violations_total{field="sent"} 1`,
+			`skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
 	})
 	time.Sleep(10 * 20 * time.Millisecond) // ten scale intervals
 	if got := e.claimedPods(); len(got) != 0 {
@@ -455,19 +457,27 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 	sendReport(t, s1, &skipperv1.Report{Sequence: 2, Time: future, Functions: []*skipperv1.FunctionReport{{
 		Function: ref("default", "hello"), InFlight: 1,
 	}}})
-	eventuallyFor(t, 5*time.Second, "one instance for one in flight", func() bool { return len(e.claimedPods()) == 1 })
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "one instance for one in flight", func(context.Context) error {
+		if n := len(e.claimedPods()); n != 1 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
+	})
 
 	// The router restarts (same pod, new incarnation, an honest clock):
 	// had the year-ahead timestamp been applied, this would look older
 	// than the last report and be ignored.
 	s2 := openStream(t, r, &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i2"})
 	seq := uint64(0)
-	eventuallyFor(t, 5*time.Second, "the new incarnation's load scales the function", func() bool {
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "the new incarnation's load scales the function", func(context.Context) error {
 		seq++
 		sendReport(t, s2, &skipperv1.Report{Sequence: seq, Time: timestamppb.Now(), Functions: []*skipperv1.FunctionReport{{
 			Function: ref("default", "hello"), InFlight: 2,
 		}}})
-		return len(e.claimedPods()) >= 2
+		if n := len(e.claimedPods()); n < 2 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
 	})
 }
 
