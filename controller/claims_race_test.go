@@ -81,12 +81,12 @@ func TestConcurrentClaimReleaseOwnershipMove(t *testing.T) {
 				t.Errorf("add the other replica: %v", err)
 				return
 			}
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // sleep: load (ownership flaps while the claims run)
 			if err := slices.Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
 				t.Errorf("remove the other replica: %v", err)
 				return
 			}
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // sleep: load
 		}
 	})
 	// Oneshot claims, each instance handed to its caller alone.

@@ -366,7 +366,7 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 		if d, _ := functionStatus(t, fn)["desired"].(int64); d > 1 {
 			t.Fatalf("the forged report set desired %d", d)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // sleep: poll (nothing may scale for ten scale intervals)
 	}
 	// The real routers' reports still count: two callers with a request in
 	// flight each scale the function to two instances.

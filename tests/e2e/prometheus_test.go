@@ -153,7 +153,7 @@ func TestPrometheusScrapesDashboardQueries(t *testing.T) {
 		if code, body := call(t, "default/echo", path); code >= 500 && !strings.Contains(path, "status") {
 			t.Fatalf("demo call: %d %s", code, body)
 		}
-		time.Sleep(100 * time.Millisecond) // load shape: 10 calls/s over 4 s (not synchronisation)
+		time.Sleep(100 * time.Millisecond) // sleep: load (10 calls/s over 4 s, spread over a few scrapes)
 	}
 
 	// Rates need two samples in their window: poll until every panel and

@@ -144,7 +144,7 @@ func startRouter(ctx context.Context, kubeconfig string) (<-chan error, error) {
 		if time.Now().After(deadline) {
 			return nil, errors.New("router not ready within 30s")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // sleep: poll (TestMain has no t for poll.Until)
 	}
 }
 

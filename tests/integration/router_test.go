@@ -226,7 +226,7 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 		}
 		return fmt.Errorf("victim %q not gone yet", victim)
 	})
-	time.Sleep(time.Second) // more load after the deletion (the check is on what it answered)
+	time.Sleep(time.Second) // sleep: load (more after the deletion: the check is on what it answered)
 	stop()
 	load.Wait()
 
@@ -290,7 +290,7 @@ func startLoad(t *testing.T, fn, path string, workers int, pause time.Duration) 
 				}
 				l.mu.Unlock()
 				if pause > 0 {
-					time.Sleep(pause)
+					time.Sleep(pause) // sleep: load (the caller's pace)
 				}
 			}
 		})
@@ -342,7 +342,7 @@ func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 	if err := env.kube.CoreV1().Pods(namespace).Delete(t.Context(), victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatalf("kill %s: %v", victim.Name, err)
 	}
-	time.Sleep(3 * time.Second) // load across the death and the controller's reaction
+	time.Sleep(3 * time.Second) // sleep: load (across the death and the controller's reaction)
 	sent, failed := load.stop()
 	t.Logf("%d GET requests, %d retries by the router around the kill", sent, int(metric(t, "skipper_noderouter_retries_total", nil)-retries))
 	if failed > 0 {
