@@ -27,6 +27,7 @@ import (
 )
 
 func TestPublishKeyConfigMap(t *testing.T) {
+	t.Parallel()
 	const pem, replaced, newer = "PEM-NEW", "PEM-REPLACED", "PEM-NEWER"
 	cm := func(data string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{
@@ -100,6 +101,7 @@ func TestPublishKeyConfigMap(t *testing.T) {
 }
 
 func TestDeleteKeyConfigMap(t *testing.T) {
+	t.Parallel()
 	cm := func(uid string, labels map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 			Namespace: "gone", Name: v1alpha1.AssignKeyConfigMap, UID: types.UID(uid), Labels: labels,
@@ -164,6 +166,7 @@ func TestDeleteKeyConfigMap(t *testing.T) {
 // ConfigMap where a pool or a Function is, and removes the one it made
 // from a namespace that has neither; one it did not make stays.
 func TestAssignKeyConfigMapFollowsNamespaces(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"))
 	stale := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
@@ -219,6 +222,7 @@ func newTestAssignKey(tb testing.TB) assignKey {
 // rotation's other key), each once; a Secret as the controller makes it
 // publishes exactly what it did before key rotation existed.
 func TestKeyFromSecret(t *testing.T) {
+	t.Parallel()
 	oldPub, oldPriv, _ := ed25519.GenerateKey(rand.Reader)
 	newPub, newPriv, _ := ed25519.GenerateKey(rand.Reader)
 	pubPEM := func(keys ...ed25519.PublicKey) []byte {
@@ -331,6 +335,7 @@ func claimVerifies(t *testing.T, e *testEnv, r *replica, fn string, sign ed25519
 // publishes the next key beside the current one, signs with it once the
 // Secret says so, and drops the old one.
 func TestAssignKeyRotation(t *testing.T) {
+	t.Parallel()
 	e, secret, old := rotationEnv(t)
 	oldPub := old.Public().(ed25519.PublicKey)
 	nextPub, next, _ := ed25519.GenerateKey(rand.Reader)
@@ -365,6 +370,7 @@ func TestAssignKeyRotation(t *testing.T) {
 // instead of writing its older view back; it then signs with the new key
 // though its own interval has not come.
 func TestAssignKeyReadOnConfigMapChange(t *testing.T) {
+	t.Parallel()
 	e, secret, old := rotationEnv(t)
 	oldPub := old.Public().(ed25519.PublicKey)
 	nextPub, next, _ := ed25519.GenerateKey(rand.Reader)

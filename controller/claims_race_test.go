@@ -24,6 +24,7 @@ import (
 // oneshot instance is handed out twice, no pod holds two functions, and
 // once the claims settle no reservation is left without its flight.
 func TestConcurrentClaimReleaseOwnershipMove(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	const selfAddr = "127.0.0.1:9090" // startController's advertise address
 	gone := listen(t)
@@ -199,6 +200,7 @@ func functionOwners(p *corev1.Pod) int {
 // forgetting): under -race nothing races, no pod is reserved twice at
 // once, and every flight lands.
 func TestClaimsConcurrent(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	var pool []*corev1.Pod

@@ -51,6 +51,7 @@ func (e *testEnv) condition(name, typ string) map[string]any {
 // with a Warning Event; once fixed, Degraded goes back to False and the
 // function is served.
 func TestInvalidFunctionDegradedNotFatal(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo"))
 	unparsable := map[string]any{"pool": "echo", "port": int64(e.assignPort), "maxInstances": int64(1), "idleTimeout": "5 minutes"}

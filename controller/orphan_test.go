@@ -12,6 +12,7 @@ import (
 )
 
 func TestOrphaned(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	labelled := func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "hello" }
 	noOwners := func(p *corev1.Pod) { p.OwnerReferences = nil }
@@ -47,6 +48,7 @@ func TestOrphaned(t *testing.T) {
 // deleted right after a claim) is deleted by the owning replica, and a
 // live instance of another Function is left alone.
 func TestOrphanedInstanceDeleted(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	e.add(poolDeploy("echo"), fn)

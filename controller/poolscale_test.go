@@ -21,6 +21,7 @@ import (
 )
 
 func TestPoolStats(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	const key = "default/echo"
@@ -101,6 +102,7 @@ func TestPoolStats(t *testing.T) {
 }
 
 func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	const key = "default/echo"
@@ -213,6 +215,7 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 }
 
 func TestPoolStatsBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	// Sustained, 50 claims a second: at the bound the oldest go, and the
@@ -231,6 +234,7 @@ func TestPoolStatsBounded(t *testing.T) {
 }
 
 func TestPoolPolicyOf(t *testing.T) {
+	t.Parallel()
 	d := func(ann map[string]string) *appsv1.Deployment {
 		dep := poolDeploy("echo")
 		dep.Annotations = ann
@@ -330,6 +334,7 @@ func poolController(t *testing.T, e *testEnv) *controller {
 }
 
 func TestSyncPoolScales(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	var patches scalePatches
 	e.core.PrependReactor("patch", "deployments", patches.react)
@@ -381,6 +386,7 @@ func TestSyncPoolScales(t *testing.T) {
 }
 
 func TestSyncPoolHoldsForUnrecordedClaims(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	var patches scalePatches
 	e.core.PrependReactor("patch", "deployments", patches.react)

@@ -21,6 +21,7 @@ func withPort(port int32) podOpt {
 }
 
 func TestPreconnectable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -50,6 +51,7 @@ func TestPreconnectable(t *testing.T) {
 }
 
 func TestPreconnectsDue(t *testing.T) {
+	t.Parallel()
 	pc := newPreconnects()
 	const uid = "uid-a"
 	if !pc.due(uid, t0, 2) {
@@ -91,6 +93,7 @@ func TestPreconnectsDue(t *testing.T) {
 }
 
 func TestMineFirst(t *testing.T) {
+	t.Parallel()
 	pods := []*corev1.Pod{poolPod("a", "echo"), poolPod("b", "echo"), poolPod("c", "echo"), poolPod("d", "echo")}
 	mine := func(uid string) bool { return uid == "uid-b" || uid == "uid-d" }
 	var got []string
@@ -133,6 +136,7 @@ func from(req string) string { return req[strings.Index(req, " ")+1:] }
 // ready pool pod the ring gives it before any claim, and the claim's
 // assign is written on it: the instance accepts no second connection.
 func TestAssignUsesPreconnectedConnection(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	r, reqs := preconnectedReplica(t, e)
 	if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
@@ -153,6 +157,7 @@ func TestAssignUsesPreconnectedConnection(t *testing.T) {
 // a token of its own, and the repeat for the function held is a 200: the
 // claim succeeds and the pod is kept.
 func TestAssignRepeatedAfterKeptAliveConnectionFails(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.mu.Lock()
 	e.dropAssigns = 1

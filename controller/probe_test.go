@@ -19,6 +19,7 @@ import (
 // instance what it holds and records it for that function; a reported
 // pool pod whose instance holds nothing is left in the pool.
 func TestReportedPoolPodAdopted(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances = 0

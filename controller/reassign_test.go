@@ -19,6 +19,7 @@ import (
 )
 
 func TestStaleCallers(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("private", "echo")
 	fn.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a"}}
@@ -70,6 +71,7 @@ func TestStaleCallers(t *testing.T) {
 // callers and notes them on the pod; when the callers change, the owner
 // assigns the instance again with the new ones.
 func TestCallersChangeReassigns(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("private", "echo")
 	fn.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a"}}

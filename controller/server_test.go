@@ -498,6 +498,7 @@ func getInstance(ctx context.Context, r *replica, name string, router *skipperv1
 }
 
 func TestGetInstanceClaimsAndAssigns(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Minute))))
@@ -610,6 +611,7 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 }
 
 func TestConcurrentCallersShareOneClaim(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -675,6 +677,7 @@ func TestConcurrentCallersShareOneClaim(t *testing.T) {
 // claim moves to the next pod, and the pod is recorded for the function
 // its instance holds (adopted).
 func TestClaimConflictMovesToNextPod(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	other := e.fnFor("other", "echo")
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), other, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Second))))
@@ -704,6 +707,7 @@ func TestClaimConflictMovesToNextPod(t *testing.T) {
 // the record lands once writes succeed again, and until then the claim is
 // counted as unrecorded.
 func TestClaimAnsweredBeforeItsRecord(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	var down atomic.Bool
 	down.Store(true)
@@ -754,6 +758,7 @@ func TestClaimAnsweredBeforeItsRecord(t *testing.T) {
 }
 
 func TestGetInstanceWaitsForAPoolPod(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -770,6 +775,7 @@ func TestGetInstanceWaitsForAPoolPod(t *testing.T) {
 }
 
 func TestGetInstanceErrors(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(
 		poolDeploy("echo"), poolDeploy("empty"), poolPod("p1", "echo"),
@@ -824,6 +830,7 @@ func TestGetInstanceErrors(t *testing.T) {
 }
 
 func TestForwardsOnceToOwner(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	// Both replicas share 127.0.0.1, so each advertises its own port; the
@@ -878,6 +885,7 @@ func helloStream(t *testing.T, ctx context.Context, r *replica, id *skipperv1.Ro
 }
 
 func TestConnectPushesUpdates(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ReportInterval = 2 * time.Second })
@@ -937,6 +945,7 @@ func TestConnectPushesUpdates(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	r := startReplica(t, e, "ctl-0", nil, nil)
 	if code := httpGet(t, r.httpAddr, "/healthz"); code != http.StatusOK {
@@ -951,6 +960,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestAssignKeyCreateRace(t *testing.T) {
+	t.Parallel()
 	// Another replica creates the Secret between our Get and our Create.
 	other, _ := testKey(t)
 	core := fake.NewClientset()
@@ -988,6 +998,7 @@ func testKey(t *testing.T) (*corev1.Secret, ed25519.PrivateKey) {
 }
 
 func TestHelloResubscriptionGetsCurrentSet(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -1041,6 +1052,7 @@ func TestHelloResubscriptionGetsCurrentSet(t *testing.T) {
 }
 
 func TestConnectRequiresHello(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	r := startReplica(t, e, "ctl-0", nil, nil)
 	stream, err := r.client.Connect(t.Context())
@@ -1056,6 +1068,7 @@ func TestConnectRequiresHello(t *testing.T) {
 }
 
 func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	e.add(poolDeploy("echo"), fn)
@@ -1081,6 +1094,7 @@ func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
 // stops pushing, and the new owner subscribes routers from their reports
 // and sends them its current set, so warm traffic needs no GetInstance.
 func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	name := functionOwnedBy(t, lb, la, lb)
@@ -1179,6 +1193,7 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 // (its controller died) is adopted once no claim can still record it, so
 // it leaves the pool instead of answering 409 for good.
 func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	once := e.fnFor("once", "echo")
 	once.Spec.Oneshot = true
@@ -1187,7 +1202,9 @@ func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
 	e.mu.Lock()
 	e.holdClaims["uid-p1"] = "a claim of a dead controller"
 	e.mu.Unlock()
-	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimTimeout, c.AssignTimeout = 200*time.Millisecond, 100*time.Millisecond })
+	// The grace is ClaimTimeout + 2 AssignTimeout (2s): room for the claim
+	// of p2 and the check below on a loaded machine.
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimTimeout, c.AssignTimeout = time.Second, 500*time.Millisecond })
 	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
 	resp, err := getInstance(t.Context(), r, "once", router)
 	if err != nil {

@@ -93,6 +93,7 @@ func fakeTimeController(t *testing.T, modify func(*v1alpha1.Function), answer fu
 // owner warms up or within the stabilization window, and scale to zero at
 // idleTimeout after the last activity.
 func TestSupervisorTimingOnFakeTime(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e, c, cfg, assigned := fakeTimeController(t, nil, nil)
 
@@ -179,6 +180,7 @@ func TestSupervisorTimingOnFakeTime(t *testing.T) {
 // supervisor it starts writes status and its ScaledUp Event one scale
 // interval later, when they no longer compete with the claim.
 func TestColdGetInstanceWritesOnlyTheClaim(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e, c, cfg, assigned := fakeTimeController(t, nil, nil)
 		e.core.ClearActions()
@@ -229,6 +231,7 @@ func TestColdGetInstanceWritesOnlyTheClaim(t *testing.T) {
 // back-off (one scale interval, then twice as long each time) rather than
 // on every tick.
 func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		_, _, cfg, assigned := fakeTimeController(t,
 			func(fn *v1alpha1.Function) { fn.Spec.MinInstances = 1 },
@@ -316,6 +319,7 @@ func tick(cfg Config) {
 // while a subscribed router has not acknowledged the update without them,
 // tick after tick, and go once it has.
 func TestDrainWaitsForTheRoutersAck(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e, c, cfg, _ := fakeTimeController(t, nil, nil)
 		r := newHubRouter(t, c, "skipper-system/router-a")
@@ -360,6 +364,7 @@ func TestDrainWaitsForTheRoutersAck(t *testing.T) {
 // the subscribed router gets it and the record follows. (The same over a
 // real Connect stream: TestPodReachesRoutersOnlyAfterAssign.)
 func TestPodReachesRoutersOnlyAfterItsAssign(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		accept := make(chan struct{})
 		e, c, cfg, assigned := fakeTimeController(t, nil, func(*http.Request) int {
@@ -422,6 +427,7 @@ func TestPodReachesRoutersOnlyAfterItsAssign(t *testing.T) {
 // intervals after it nothing is claimed or decided. (Its wire path and
 // metrics: TestHugeReportChangesNoScaleDecision.)
 func TestReportOutOfBoundsChangesNothing(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		e, c, cfg, assigned := fakeTimeController(t, nil, nil)
 		r := newHubRouter(t, c, "skipper-system/router-a")

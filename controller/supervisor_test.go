@@ -84,6 +84,7 @@ func (e *testEnv) claimedPods() []string {
 }
 
 func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	staleInformer(e)
 	fn := e.fnFor("hello", "echo")
@@ -295,6 +296,7 @@ func (e *testEnv) functionStatus(name string) map[string]any {
 // stabilization window with a drain that waits for the router's ack and
 // in-flight, then scale to zero after idleTimeout.
 func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MaxInstances = 3
@@ -446,6 +448,7 @@ func splitLines(s string) func(func(string) bool) {
 }
 
 func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances, fn.Spec.MaxInstances = 2, 4
@@ -500,6 +503,7 @@ func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
 }
 
 func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "empty")
 	fn.Spec.MinInstances = 1
@@ -532,6 +536,7 @@ func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
 }
 
 func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("once", "echo")
 	fn.Spec.Oneshot = true
@@ -616,6 +621,7 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 // instances over (status, Event, metric) and scales down only after one
 // full heartbeat window.
 func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	name := functionOwnedBy(t, lb, la, lb)
@@ -686,6 +692,7 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 // dies (its endpoint leaves the Service), the next owner takes the function
 // over and acts on load within two scale intervals.
 func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	name := functionOwnedBy(t, la, la, lb)
@@ -735,6 +742,7 @@ func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
 // runs (ownership left and came back before the supervisor noticed) must
 // not leave the function without series: the supervisor writes them again.
 func TestInstanceSeriesRewrittenAfterForget(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances, fn.Spec.MaxInstances = 1, 2
@@ -763,6 +771,7 @@ func TestInstanceSeriesRewrittenAfterForget(t *testing.T) {
 // this replica's informer does not show the claim yet): it reads the pod
 // from the API server instead of refusing.
 func TestReleaseOfInstanceClaimedBeforeOwnershipMoved(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("once", "echo")
 	fn.Spec.Oneshot = true
@@ -819,7 +828,7 @@ func blockingAssign(t *testing.T) (port int32, release func(), requests *atomic.
 // instances (a Function that slipped past validation, a report that asks
 // for it) starts no more claims than --max-parallel-claims and the pool's
 // candidates allow, tick after tick; goroutines stay bounded.
-func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
+func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) { // not parallel: it counts the process's goroutines
 	e := newTestEnv(t)
 	port, release, requests := blockingAssign(t)
 	fn := e.fnFor("huge", "echo")
@@ -887,6 +896,7 @@ func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
 // (the instance decides the claim); it reaches routers once the assign
 // succeeded, and its record follows.
 func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	port, release, requests := blockingAssign(t)
 	fn := e.fnFor("hello", "echo")
@@ -987,6 +997,7 @@ func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 // once no claim can record it any more, the owner deletes it. One claimed
 // just now is left alone.
 func TestUnrecordedClaimNeverServedAndRetired(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	marked := func(at time.Time) podOpt {
@@ -1014,6 +1025,7 @@ func TestUnrecordedClaimNeverServedAndRetired(t *testing.T) {
 }
 
 func TestClaimLimiter(t *testing.T) {
+	t.Parallel()
 	var none *claimLimiter
 	if err := none.admit("any", time.Now()); err != nil {
 		t.Errorf("nil limiter: %v", err)
@@ -1053,6 +1065,7 @@ func TestClaimLimiter(t *testing.T) {
 // --claim-burst-per-router claims at once and get ResourceExhausted with a
 // reason beyond; another router is not affected.
 func TestClaimRateLimitPerRouter(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("once", "echo")
 	fn.Spec.Oneshot = true // every call claims

@@ -44,6 +44,7 @@ const testServerName = "skipper-controller." + systemNS + ".svc"
 // plaintext client is refused; a rotated certificate is served at the
 // next handshake.
 func TestForwardsOverTLS(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	ca := tlstest.NewCA(t)
 	l1 := ca.Issue(t, testServerName)
@@ -119,6 +120,7 @@ func peerSerial(t *testing.T, p *peer.Peer) string {
 // A --tls-dir that cannot serve stops the replica at start with the
 // reason.
 func TestTLSStartErrors(t *testing.T) {
+	t.Parallel()
 	ca := tlstest.NewCA(t)
 	good := ca.Files(ca.Issue(t, testServerName))
 	noKey := ca.Files(ca.Issue(t, testServerName))

@@ -37,6 +37,7 @@ func violated(v violations) map[string]int {
 }
 
 func TestCheckReport(t *testing.T) {
+	t.Parallel()
 	now := t0
 	hello := func(mod func(*skipperv1.FunctionReport)) *skipperv1.FunctionReport {
 		fr := &skipperv1.FunctionReport{Function: ref("default", "hello"), InFlight: 3, Queued: 1, RequestsTotal: 10, Generation: 7}
@@ -191,6 +192,7 @@ func TestCheckReport(t *testing.T) {
 }
 
 func TestCheckHello(t *testing.T) {
+	t.Parallel()
 	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "0123456789abcdef", Mode: "daemonset"}
 	sub := func(ns, name string, gen uint64) *skipperv1.Subscription {
 		return &skipperv1.Subscription{Function: ref(ns, name), Generation: gen}
@@ -265,6 +267,7 @@ func TestCheckHello(t *testing.T) {
 }
 
 func TestCheckUnaryRequests(t *testing.T) {
+	t.Parallel()
 	uids := func(n, size int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -314,6 +317,7 @@ func TestCheckUnaryRequests(t *testing.T) {
 }
 
 func TestCheckAck(t *testing.T) {
+	t.Parallel()
 	if key, gen, v, ok := checkAck(&skipperv1.Ack{Function: ref("default", "a"), Generation: 9}); !ok || key != "default/a" || gen != 9 || v != nil {
 		t.Errorf("valid ack: %q %d %v %v", key, gen, v, ok)
 	}
@@ -328,6 +332,7 @@ func TestCheckAck(t *testing.T) {
 // stays bounded: acks only for subscribed functions, at most
 // maxSubscriptions subscriptions.
 func TestRouterStreamLogsEachFieldOnceAndStaysBounded(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	rs := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "r", Incarnation: "1"})
 	var v violations
@@ -412,6 +417,7 @@ func sendReport(t *testing.T, s skipperv1.Controller_ConnectClient, r *skipperv1
 // future timestamp was not applied (a later incarnation of the same router
 // is still heard and scales the function).
 func TestHugeReportChangesNoScaleDecision(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MaxInstances = 5
@@ -483,6 +489,7 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 }
 
 func TestGetInstanceRejectsOversizedFields(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -506,6 +513,7 @@ func TestGetInstanceRejectsOversizedFields(t *testing.T) {
 // TestServerLimitsMessageSize: a message above --grpc-max-recv-msg-size is
 // refused with ResourceExhausted before any handler runs.
 func TestServerLimitsMessageSize(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.GRPCMaxRecvMsgSize = minRecvMsgSize })
