@@ -120,8 +120,14 @@ verify: generate
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1; }
 
 ## lint: go vet (the nested tests/kube module is only built: vetting it
-## would type-check all of Kubernetes a second time)
+## would type-check all of Kubernetes a second time); and every time.Sleep
+## in a test says why it is no synchronisation, with a tag on its line or
+## the line before: // sleep: load, // sleep: poll or // sleep: behaviour
+## (waits for an event use poll.Until or testing/synctest instead)
+SLEEP_TAG := sleep: (load|poll|behaviour)
 lint:
+	@git ls-files --cached --others --exclude-standard '*_test.go' | xargs awk 'FNR == 1 { above = "" } /time\.Sleep\(/ && !/$(SLEEP_TAG)/ && above !~ /$(SLEEP_TAG)/ { print FILENAME ":" FNR ": " $$0; bad = 1 } { above = /^[ \t]*\/\// ? $$0 : "" } END { exit bad }' || \
+		{ echo "lint: time.Sleep in a test without a '// $(SLEEP_TAG)' tag (above)" >&2; exit 1; }
 	$(GO) vet ./...
 	cd tests/promql && $(GO) vet ./...
 	cd tests/image && $(GO) vet ./...

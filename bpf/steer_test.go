@@ -579,7 +579,7 @@ func TestHeartbeatExpires(t *testing.T) {
 	s := e.load(t, false, maxAge)
 	setup(t, s) // heartbeats
 	steered(t, s, e.runChild(t, dialOpts{dst: vip}), vip.String())
-	time.Sleep(maxAge + 100*time.Millisecond)
+	time.Sleep(maxAge + 100*time.Millisecond) // sleep: behaviour (the heartbeat ages out on the kernel's clock)
 	c0 := counters(t, s)
 	untouched(t, e.runChild(t, dialOpts{dst: vip}))
 	if c1 := counters(t, s); c1.FailOpens != c0.FailOpens+1 {

@@ -23,9 +23,11 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func TestPublishKeyConfigMap(t *testing.T) {
+	t.Parallel()
 	const pem, replaced, newer = "PEM-NEW", "PEM-REPLACED", "PEM-NEWER"
 	cm := func(data string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{
@@ -99,6 +101,7 @@ func TestPublishKeyConfigMap(t *testing.T) {
 }
 
 func TestDeleteKeyConfigMap(t *testing.T) {
+	t.Parallel()
 	cm := func(uid string, labels map[string]string) *corev1.ConfigMap {
 		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
 			Namespace: "gone", Name: v1alpha1.AssignKeyConfigMap, UID: types.UID(uid), Labels: labels,
@@ -163,6 +166,7 @@ func TestDeleteKeyConfigMap(t *testing.T) {
 // ConfigMap where a pool or a Function is, and removes the one it made
 // from a namespace that has neither; one it did not make stays.
 func TestAssignKeyConfigMapFollowsNamespaces(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"))
 	stale := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{
@@ -176,21 +180,27 @@ func TestAssignKeyConfigMapFollowsNamespaces(t *testing.T) {
 		}
 	}
 	startReplica(t, e, "ctl-0", nil, nil)
-	exists := func(ns string) bool {
-		_, err := e.core.CoreV1().ConfigMaps(ns).Get(t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
-		return err == nil
+	get := func(ctx context.Context, ns string) error {
+		_, err := e.core.CoreV1().ConfigMaps(ns).Get(ctx, v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+		return err
 	}
-	eventually(t, "the key ConfigMap in the pool's namespace", func() bool { return exists("default") })
-	eventually(t, "the stale key ConfigMap removed", func() bool { return !exists("emptied") })
-	if !exists("foreign") {
-		t.Error("a key ConfigMap the controller did not make was deleted")
+	gone := func(ctx context.Context, ns string) error {
+		if err := get(ctx, ns); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get: %v, want NotFound", err)
+		}
+		return nil
+	}
+	poll.Until(t, pollTimeout, pollInterval, "the key ConfigMap in the pool's namespace", func(ctx context.Context) error { return get(ctx, "default") })
+	poll.Until(t, pollTimeout, pollInterval, "the stale key ConfigMap removed", func(ctx context.Context) error { return gone(ctx, "emptied") })
+	if err := get(t.Context(), "foreign"); err != nil {
+		t.Errorf("a key ConfigMap the controller did not make: %v", err)
 	}
 
 	// The pool goes: so does its namespace's key.
 	if err := e.core.AppsV1().Deployments("default").Delete(t.Context(), "echo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the key ConfigMap removed with the last pool", func() bool { return !exists("default") })
+	poll.Until(t, pollTimeout, pollInterval, "the key ConfigMap removed with the last pool", func(ctx context.Context) error { return gone(ctx, "default") })
 }
 
 // newTestAssignKey is a fresh signing key publishing only itself.
@@ -212,6 +222,7 @@ func newTestAssignKey(tb testing.TB) assignKey {
 // rotation's other key), each once; a Secret as the controller makes it
 // publishes exactly what it did before key rotation existed.
 func TestKeyFromSecret(t *testing.T) {
+	t.Parallel()
 	oldPub, oldPriv, _ := ed25519.GenerateKey(rand.Reader)
 	newPub, newPriv, _ := ed25519.GenerateKey(rand.Reader)
 	pubPEM := func(keys ...ed25519.PublicKey) []byte {
@@ -324,6 +335,7 @@ func claimVerifies(t *testing.T, e *testEnv, r *replica, fn string, sign ed25519
 // publishes the next key beside the current one, signs with it once the
 // Secret says so, and drops the old one.
 func TestAssignKeyRotation(t *testing.T) {
+	t.Parallel()
 	e, secret, old := rotationEnv(t)
 	oldPub := old.Public().(ed25519.PublicKey)
 	nextPub, next, _ := ed25519.GenerateKey(rand.Reader)
@@ -346,7 +358,7 @@ func TestAssignKeyRotation(t *testing.T) {
 	for _, s := range steps {
 		e.setSecret(secret, s.data)
 		for _, ns := range []string{"default", "other"} {
-			eventually(t, s.name+": ConfigMap "+ns, func() bool { return cmp.Diff(s.want, e.published(ns)) == "" })
+			poll.Until(t, pollTimeout, pollInterval, s.name+": ConfigMap "+ns, func(context.Context) error { return diff(s.want, e.published(ns)) })
 		}
 	}
 	claimVerifies(t, e, r, "b", nextPub, oldPub)
@@ -358,12 +370,16 @@ func TestAssignKeyRotation(t *testing.T) {
 // instead of writing its older view back; it then signs with the new key
 // though its own interval has not come.
 func TestAssignKeyReadOnConfigMapChange(t *testing.T) {
+	t.Parallel()
 	e, secret, old := rotationEnv(t)
 	oldPub := old.Public().(ed25519.PublicKey)
 	nextPub, next, _ := ed25519.GenerateKey(rand.Reader)
 	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.AssignKeyInterval = time.Hour })
-	eventually(t, "the key ConfigMaps", func() bool {
-		return len(e.published("default")) == 1 && len(e.published("other")) == 1
+	poll.Until(t, pollTimeout, pollInterval, "the key ConfigMaps", func(context.Context) error {
+		if d, o := len(e.published("default")), len(e.published("other")); d != 1 || o != 1 {
+			return fmt.Errorf("%d keys in default, %d in other, want 1 each", d, o)
+		}
+		return nil
 	})
 
 	both := append(pem(t, nextPub), secret.Data[assignKeyPublicKey]...)
@@ -374,7 +390,7 @@ func TestAssignKeyReadOnConfigMapChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []ed25519.PublicKey{nextPub, oldPub}
-	eventually(t, "the replica publishing the Secret's keys in other too", func() bool { return cmp.Diff(want, e.published("other")) == "" })
+	poll.Until(t, pollTimeout, pollInterval, "the replica publishing the Secret's keys in other too", func(context.Context) error { return diff(want, e.published("other")) })
 	if diff := cmp.Diff(want, e.published("default")); diff != "" {
 		t.Errorf("ConfigMap default (-want +got):\n%s", diff)
 	}

@@ -21,6 +21,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/trust"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -84,6 +85,7 @@ func as(t *testing.T, a *authz, token string, md ...string) context.Context {
 }
 
 func TestAuthzRouter(t *testing.T) {
+	t.Parallel()
 	a := testAuthz()
 	r1 := &skipperv1.RouterIdentity{Node: "node1", Pod: "skipper-system/r1"}
 	for _, tc := range []struct {
@@ -131,6 +133,7 @@ func TestAuthzRouter(t *testing.T) {
 }
 
 func TestAuthzState(t *testing.T) {
+	t.Parallel()
 	a := testAuthz()
 	for tok, want := range map[string]codes.Code{"ctl": codes.OK, "debugger": codes.OK, "router-1": codes.PermissionDenied, "tenant": codes.PermissionDenied} {
 		if got := status.Code(a.state(as(t, a, tok))); got != want {
@@ -144,6 +147,7 @@ func TestAuthzState(t *testing.T) {
 }
 
 func TestCallerTokenPassedOn(t *testing.T) {
+	t.Parallel()
 	ctx := metadata.NewIncomingContext(t.Context(), metadata.Pairs(trust.HeaderAuthorization, "Bearer router-1"))
 	out, err := callerToken(ctx)
 	if err != nil {
@@ -159,6 +163,7 @@ func TestCallerTokenPassedOn(t *testing.T) {
 }
 
 func TestParseSARef(t *testing.T) {
+	t.Parallel()
 	if r, err := parseSARef("ns/name"); err != nil || r != (saRef{"ns", "name"}) {
 		t.Errorf("parseSARef = %v, %v", r, err)
 	}
@@ -176,6 +181,7 @@ func TestParseSARef(t *testing.T) {
 // workload's call is refused at the first replica, and one naming another
 // router at the owner.
 func TestForwardedCallerReviewedByOwner(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	users := tableReviewer{
 		"router-1": saUser("skipper-system", "skipper-noderouter", "r1", "node1"),
@@ -204,10 +210,7 @@ func TestForwardedCallerReviewedByOwner(t *testing.T) {
 	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
 	a := startReplica(t, e, "ctl-a", la, withAuth)
 	startReplica(t, e, "ctl-b", lb, withAuth)
-	eventually(t, "A sees a two-member ring", func() bool {
-		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
-		return strings.Contains(ma, "skipper_controller_ring_members 2")
-	})
+	poll.Until(t, pollTimeout, pollInterval, "A sees a two-member ring", func(context.Context) error { return ringMembers(t, 2, a) })
 	call := func(token string, rid *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, error) {
 		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), trust.HeaderAuthorization, "Bearer "+tok(token)), 5*time.Second)
 		defer cancel()
@@ -250,6 +253,7 @@ func grepLines(s, sub string) string {
 // TestEveryMethodHasARule: every method of the Controller service has an
 // authorization rule; one added without is refused by denyUnruled.
 func TestEveryMethodHasARule(t *testing.T) {
+	t.Parallel()
 	desc := skipperv1.Controller_ServiceDesc
 	var methods []string
 	for _, m := range desc.Methods {
@@ -281,6 +285,7 @@ func TestEveryMethodHasARule(t *testing.T) {
 // authorised with expires (tokenExpiry's channel), never with auth off or
 // a token without an expiry.
 func TestTokenExpiryEndsStreams(t *testing.T) {
+	t.Parallel()
 	soon := trust.WithIdentity(t.Context(), trust.Identity{User: "r", Expires: time.Now().Add(20 * time.Millisecond)})
 	select {
 	case <-tokenExpiry(soon, true):

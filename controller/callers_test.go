@@ -12,6 +12,7 @@ import (
 )
 
 func TestCheckCaller(t *testing.T) {
+	t.Parallel()
 	fn := func(c v1alpha1.Callers) *v1alpha1.Function {
 		f := &v1alpha1.Function{}
 		f.Namespace, f.Name = "default", "hello"
@@ -58,6 +59,7 @@ func TestCheckCaller(t *testing.T) {
 }
 
 func TestCallerPolicyProto(t *testing.T) {
+	t.Parallel()
 	p := callerPolicyOf(&v1alpha1.Callers{Namespaces: []string{"b", "a", "b"}, ServiceAccounts: []string{"x/y"}})
 	if q := callerPolicyOf(&v1alpha1.Callers{Namespaces: []string{"a", "b"}, ServiceAccounts: []string{"x/y"}}); p != q {
 		t.Errorf("the same callers in another order compare unequal: %+v %+v", p, q)
@@ -72,6 +74,7 @@ func TestCallerPolicyProto(t *testing.T) {
 }
 
 func TestGetInstanceRefusesCallerBeforeClaiming(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("private", "echo")
 	fn.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a"}}

@@ -13,6 +13,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -23,6 +24,7 @@ import (
 // oneshot instance is handed out twice, no pod holds two functions, and
 // once the claims settle no reservation is left without its flight.
 func TestConcurrentClaimReleaseOwnershipMove(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	const selfAddr = "127.0.0.1:9090" // startController's advertise address
 	gone := listen(t)
@@ -80,12 +82,12 @@ func TestConcurrentClaimReleaseOwnershipMove(t *testing.T) {
 				t.Errorf("add the other replica: %v", err)
 				return
 			}
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // sleep: load (ownership flaps while the claims run)
 			if err := slices.Delete(ctx, other.Name, metav1.DeleteOptions{}); err != nil {
 				t.Errorf("remove the other replica: %v", err)
 				return
 			}
-			time.Sleep(3 * time.Millisecond)
+			time.Sleep(3 * time.Millisecond) // sleep: load
 		}
 	})
 	// Oneshot claims, each instance handed to its caller alone.
@@ -150,11 +152,14 @@ func TestConcurrentClaimReleaseOwnershipMove(t *testing.T) {
 	}
 
 	reservedLeft := 0
-	eventually(t, "the claims in flight to end", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the claims in flight to end", func(context.Context) error {
 		c.claims.mu.Lock()
 		defer c.claims.mu.Unlock()
 		reservedLeft = len(c.claims.reserved)
-		return c.claims.inFlightLocked() == 0
+		if n := c.claims.inFlightLocked(); n != 0 {
+			return fmt.Errorf("%d in flight", n)
+		}
+		return nil
 	})
 	if reservedLeft != 0 {
 		t.Errorf("%d pods reserved with no claim in flight", reservedLeft)
@@ -195,6 +200,7 @@ func functionOwners(p *corev1.Pod) int {
 // forgetting): under -race nothing races, no pod is reserved twice at
 // once, and every flight lands.
 func TestClaimsConcurrent(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	var pool []*corev1.Pod

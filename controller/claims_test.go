@@ -41,6 +41,7 @@ func metricValue(t *testing.T, m prometheus.Metric) float64 {
 // from then (the informer may lag after the outage); a pod gone or
 // another's before its record leaves the set and is retired.
 func TestClaimsAssumed(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	p := claimedCopy(testPod("p"), fn, claimInfo{At: t0})
@@ -102,6 +103,7 @@ func TestClaimsAssumed(t *testing.T) {
 // one starts only when none is and admit lets it; a landed flight leaves
 // the claimed pod assumed and unreserved.
 func TestClaimsJoin(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	cl := newClaims(nil, nil)
@@ -147,6 +149,7 @@ func TestClaimsJoin(t *testing.T) {
 // taking (assumed, reserved, recording), what it holds (until the hold
 // ends) and what the caller skips.
 func TestClaimsReserve(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	pool := []*corev1.Pod{testPod("p1", readyAt(t0.Add(-3*time.Second))), testPod("p2", readyAt(t0.Add(-2*time.Second))), testPod("p3", readyAt(t0.Add(-time.Second)))}
 	for _, tt := range []struct {
@@ -198,6 +201,7 @@ func TestClaimsReserve(t *testing.T) {
 // assumed ones the cache also shows, once) and starts no more than is
 // missing, the pool's candidates and --max-parallel-claims allow.
 func TestClaimsStartScale(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	inst := func(name string, opts ...podOpt) *corev1.Pod {
@@ -269,6 +273,7 @@ func TestClaimsStartScale(t *testing.T) {
 
 // TestClaimsView: what a supervisor's plan reads of one function.
 func TestClaimsView(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	a, b, c := testPod("a", claimedBy(fn)), testPod("b", claimedBy(fn)), claimedCopy(testPod("c"), fn, claimInfo{At: t0})
@@ -294,6 +299,7 @@ func TestClaimsView(t *testing.T) {
 // TestClaimsUnrecordedIn: a pool's pods this replica knows hold a
 // function, or may, while the informer does not show them recorded.
 func TestClaimsUnrecordedIn(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	key := fn.Key()
 	p1, p2, p3, p4 := testPod("p1"), testPod("p2"), testPod("p3"), testPod("p4", pooled("other"))
@@ -317,6 +323,7 @@ func TestClaimsUnrecordedIn(t *testing.T) {
 // TestClaimsRetire: a retirement is never shortened and forgotten once
 // its time has passed.
 func TestClaimsRetire(t *testing.T) {
+	t.Parallel()
 	cl := newClaims(nil, nil)
 	cl.retire("a", t0.Add(time.Hour))
 	cl.retire("a", t0.Add(time.Minute))

@@ -95,6 +95,7 @@ func labelled(k, v string) podOpt      { return func(p *corev1.Pod) { p.Labels[k
 func resourceVersion(rv string) podOpt { return func(p *corev1.Pod) { p.ResourceVersion = rv } }
 
 func TestInstanceSet(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	other := testFunction("other")
 	recreated := testFunction("hello")
@@ -182,6 +183,7 @@ func names(ps []*corev1.Pod) []string {
 }
 
 func TestClaimCandidates(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	tests := []struct {
 		name       string
@@ -261,6 +263,7 @@ func applyPatch(t *testing.T, pod *corev1.Pod, patch []byte) (*corev1.Pod, error
 }
 
 func TestRecordPatch(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	statusWritten := func(p *corev1.Pod) {
 		p.ResourceVersion = "7"
@@ -353,6 +356,7 @@ func TestRecordPatch(t *testing.T) {
 }
 
 func TestRecordStateOf(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	uid := testPod("p").UID
 	terminating := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: t0} }
@@ -376,6 +380,7 @@ func TestRecordStateOf(t *testing.T) {
 }
 
 func TestAssignStale(t *testing.T) {
+	t.Parallel()
 	grace := 20 * time.Second
 	at := t0.Format(time.RFC3339Nano)
 	tests := []struct {
@@ -399,6 +404,7 @@ func TestAssignStale(t *testing.T) {
 }
 
 func TestClaimsToStart(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		b    claimBudget
@@ -427,6 +433,7 @@ func TestClaimsToStart(t *testing.T) {
 }
 
 func TestRecordPatchRejectsUnusablePod(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	for _, p := range []*corev1.Pod{testPod("p", func(p *corev1.Pod) { p.UID = "" }), {ObjectMeta: metav1.ObjectMeta{Name: "nolabels", UID: "u"}}} {
 		if _, err := recordPatch(p, fn, claimInfo{At: t0}); err == nil {
@@ -436,6 +443,7 @@ func TestRecordPatchRejectsUnusablePod(t *testing.T) {
 }
 
 func TestInstancePort(t *testing.T) {
+	t.Parallel()
 	pool := func(ports ...int32) *appsv1.Deployment {
 		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo"}}
 		c := corev1.Container{Name: "main"}
@@ -472,6 +480,7 @@ func TestInstancePort(t *testing.T) {
 }
 
 func TestPoolDeployment(t *testing.T) {
+	t.Parallel()
 	d := func(name string, created time.Time, deleting bool) *appsv1.Deployment {
 		dep := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(created)}}
 		if deleting {
@@ -503,6 +512,7 @@ func TestPoolDeployment(t *testing.T) {
 }
 
 func TestNextGeneration(t *testing.T) {
+	t.Parallel()
 	now := uint64(t0.UnixMicro())
 	tests := []struct {
 		name string
@@ -523,6 +533,7 @@ func TestNextGeneration(t *testing.T) {
 }
 
 func TestTargetInFlightHonoursConcurrencyLimit(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name          string
 		target, limit int32

@@ -16,6 +16,7 @@ func upd(name string, gen uint64) *skipperv1.AssignmentUpdate {
 }
 
 func TestHubPublishesToSubscribersNewestOnly(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	a := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "1"})
 	b := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "skipper-system/router-b", Incarnation: "1"})
@@ -48,6 +49,7 @@ func TestHubPublishesToSubscribersNewestOnly(t *testing.T) {
 }
 
 func TestHubReplacesStreamOfSameRouterProcess(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	id := &skipperv1.RouterIdentity{Pod: "skipper-system/router-a", Incarnation: "1"}
 	old := mustRegister(t, h, id)
@@ -85,6 +87,7 @@ func mustRegister(t *testing.T, h *hub, id *skipperv1.RouterIdentity) *routerStr
 }
 
 func TestHubBoundsStreams(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	for i := range maxStreams {
 		mustRegister(t, h, &skipperv1.RouterIdentity{Pod: fmt.Sprintf("ns/r%d", i), Incarnation: "1"})

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // addRaw stores a Function object as given, past any validation (as an
@@ -48,6 +51,7 @@ func (e *testEnv) condition(name, typ string) map[string]any {
 // with a Warning Event; once fixed, Degraded goes back to False and the
 // function is served.
 func TestInvalidFunctionDegradedNotFatal(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo"))
 	unparsable := map[string]any{"pool": "echo", "port": int64(e.assignPort), "maxInstances": int64(1), "idleTimeout": "5 minutes"}
@@ -67,20 +71,26 @@ func TestInvalidFunctionDegradedNotFatal(t *testing.T) {
 		if st := status.Convert(err); st.Code() != codes.FailedPrecondition || !strings.Contains(st.Message(), field) {
 			t.Errorf("GetInstance %s = %v %q, want FailedPrecondition naming %s", name, st.Code(), st.Message(), field)
 		}
-		eventually(t, name+" Degraded", func() bool {
+		poll.Until(t, pollTimeout, pollInterval, name+" Degraded", func(context.Context) error {
 			c := e.condition(name, conditionDegraded)
 			msg, _ := c["message"].(string)
-			return c["status"] == "True" && c["reason"] == reasonInvalidSpec && strings.Contains(msg, field)
+			if c["status"] != "True" || c["reason"] != reasonInvalidSpec || !strings.Contains(msg, field) {
+				return fmt.Errorf("condition %v", c)
+			}
+			return nil
 		})
-		eventually(t, name+" InvalidSpec event", func() bool {
-			evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+		poll.Until(t, pollTimeout, pollInterval, name+" InvalidSpec event", func(ctx context.Context) error {
+			evs, err := e.core.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
 			for _, ev := range evs.Items {
 				if ev.InvolvedObject.Name == name && ev.Type == corev1.EventTypeWarning && ev.Reason == reasonInvalidSpec &&
 					strings.Contains(ev.Message, field) {
-					return true
+					return nil
 				}
 			}
-			return false
+			return fmt.Errorf("none among %d events", len(evs.Items))
 		})
 	}
 	// Nothing was claimed for them: one instance (hello's), one pool pod left.
@@ -103,9 +113,11 @@ func TestInvalidFunctionDegradedNotFatal(t *testing.T) {
 	if _, err := e.dyn.Resource(v1alpha1.Resource).Namespace("default").Update(t.Context(), u, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "unparsable no longer Degraded", func() bool {
-		c := e.condition("unparsable", conditionDegraded)
-		return c["status"] == "False" && c["reason"] == reasonSpecValid
+	poll.Until(t, pollTimeout, pollInterval, "unparsable no longer Degraded", func(context.Context) error {
+		if c := e.condition("unparsable", conditionDegraded); c["status"] != "False" || c["reason"] != reasonSpecValid {
+			return fmt.Errorf("condition %v", c)
+		}
+		return nil
 	})
 	if _, err := getInstance(t.Context(), r, "unparsable", nil); err != nil {
 		t.Errorf("GetInstance of the fixed function: %v", err)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestToFunction(t *testing.T) {
+	t.Parallel()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "skipper.dev/v1alpha1",
 		"kind":       "Function",
@@ -70,6 +71,7 @@ func TestToFunction(t *testing.T) {
 // at fault; the transform never fails (a failing transform aborts the
 // informer's whole list).
 func TestToFunctionInvalid(t *testing.T) {
+	t.Parallel()
 	obj := func(spec any) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "skipper.dev/v1alpha1",
@@ -155,6 +157,7 @@ func TestToFunctionInvalid(t *testing.T) {
 // TestToFunctionMetadataFallback: metadata the converter refuses still
 // gives the cache a key.
 func TestToFunctionMetadataFallback(t *testing.T) {
+	t.Parallel()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"metadata": map[string]any{"namespace": "default", "name": "odd", "uid": "u2", "labels": "not-a-map"},
 		"spec":     map[string]any{"pool": "echo", "maxInstances": int64(1)},

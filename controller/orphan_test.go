@@ -1,16 +1,18 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func TestOrphaned(t *testing.T) {
+	t.Parallel()
 	fn := testFunction("hello")
 	labelled := func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "hello" }
 	noOwners := func(p *corev1.Pod) { p.OwnerReferences = nil }
@@ -46,6 +48,7 @@ func TestOrphaned(t *testing.T) {
 // deleted right after a claim) is deleted by the owning replica, and a
 // live instance of another Function is left alone.
 func TestOrphanedInstanceDeleted(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	e.add(poolDeploy("echo"), fn)
@@ -55,10 +58,7 @@ func TestOrphanedInstanceDeleted(t *testing.T) {
 		p.OwnerReferences = nil
 	}))
 	startReplica(t, e, "ctl-0", nil, nil)
-	eventually(t, "orphaned instance deleted", func() bool {
-		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), "orphan", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
+	poll.Until(t, pollTimeout, pollInterval, "orphaned instance deleted", func(ctx context.Context) error { return podGone(ctx, e, "orphan") })
 	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), "live", metav1.GetOptions{}); err != nil {
 		t.Errorf("live instance: %v", err)
 	}

@@ -56,6 +56,7 @@ func testWindow(created, active time.Time, inFlight int64) *scaling.Window {
 }
 
 func TestDecidePlan(t *testing.T) {
+	t.Parallel()
 	cfg := validConfig()
 	cfg.HeartbeatTimeout, cfg.ReportInterval, cfg.OneshotLease = 3*time.Second, time.Second, time.Minute
 	cfg.ClaimTimeout, cfg.AssignTimeout = 10*time.Second, 5*time.Second
@@ -207,6 +208,7 @@ func TestDecidePlan(t *testing.T) {
 // TestDecidePlanHistory: the decision's history is the next tick's; a
 // oneshot plan keeps the history it was given.
 func TestDecidePlanHistory(t *testing.T) {
+	t.Parallel()
 	cfg := validConfig()
 	cfg.ScaleDownStabilization = time.Minute
 	fn := testFunction("hello")

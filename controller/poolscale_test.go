@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -16,9 +17,11 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/scaling"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func TestPoolStats(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	const key = "default/echo"
@@ -99,6 +102,7 @@ func TestPoolStats(t *testing.T) {
 }
 
 func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	const key = "default/echo"
@@ -211,6 +215,7 @@ func TestPoolStatsTimesStartsFromWhatAskedForThem(t *testing.T) {
 }
 
 func TestPoolStatsBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	var s poolStats
 	// Sustained, 50 claims a second: at the bound the oldest go, and the
@@ -229,6 +234,7 @@ func TestPoolStatsBounded(t *testing.T) {
 }
 
 func TestPoolPolicyOf(t *testing.T) {
+	t.Parallel()
 	d := func(ann map[string]string) *appsv1.Deployment {
 		dep := poolDeploy("echo")
 		dep.Annotations = ann
@@ -328,6 +334,7 @@ func poolController(t *testing.T, e *testEnv) *controller {
 }
 
 func TestSyncPoolScales(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	var patches scalePatches
 	e.core.PrependReactor("patch", "deployments", patches.react)
@@ -361,18 +368,25 @@ func TestSyncPoolScales(t *testing.T) {
 	if got, on := patches.all(), patches.names(); len(got) != 1 || got[0] != 6 || on[0] != "echo" {
 		t.Fatalf("patched %v on %v, want 6 on the autoscaled pool only", got, on)
 	}
-	eventually(t, "an Event says why", func() bool {
-		evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	poll.Until(t, pollTimeout, pollInterval, "an Event says why", func(ctx context.Context) error {
+		evs, err := e.core.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
 		var scaled, invalid bool
 		for _, ev := range evs.Items {
 			scaled = scaled || ev.Reason == "PoolScaled" && ev.InvolvedObject.Name == "echo" && strings.Contains(ev.Message, "replicas 2 → 6")
 			invalid = invalid || ev.Reason == "InvalidPoolAutoscale" && ev.InvolvedObject.Name == "bad"
 		}
-		return scaled && invalid
+		if !scaled || !invalid {
+			return fmt.Errorf("PoolScaled event %t, InvalidPoolAutoscale event %t", scaled, invalid)
+		}
+		return nil
 	})
 }
 
 func TestSyncPoolHoldsForUnrecordedClaims(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	var patches scalePatches
 	e.core.PrependReactor("patch", "deployments", patches.react)

@@ -1,6 +1,8 @@
 package controller
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func withPort(port int32) podOpt {
@@ -18,6 +21,7 @@ func withPort(port int32) podOpt {
 }
 
 func TestPreconnectable(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		pod  *corev1.Pod
@@ -47,6 +51,7 @@ func TestPreconnectable(t *testing.T) {
 }
 
 func TestPreconnectsDue(t *testing.T) {
+	t.Parallel()
 	pc := newPreconnects()
 	const uid = "uid-a"
 	if !pc.due(uid, t0, 2) {
@@ -88,6 +93,7 @@ func TestPreconnectsDue(t *testing.T) {
 }
 
 func TestMineFirst(t *testing.T) {
+	t.Parallel()
 	pods := []*corev1.Pod{poolPod("a", "echo"), poolPod("b", "echo"), poolPod("c", "echo"), poolPod("d", "echo")}
 	mine := func(uid string) bool { return uid == "uid-b" || uid == "uid-d" }
 	var got []string
@@ -114,13 +120,12 @@ func preconnectedReplica(t *testing.T, e *testEnv) (r *replica, requests func() 
 		defer e.mu.Unlock()
 		return append([]string(nil), e.requests...)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(requests()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no pre-connection to the ready pool pod")
+	poll.Until(t, 10*time.Second, pollInterval, "a pre-connection to the ready pool pod", func(context.Context) error {
+		if len(requests()) == 0 {
+			return errors.New("no request yet")
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return r, requests
 }
 
@@ -131,6 +136,7 @@ func from(req string) string { return req[strings.Index(req, " ")+1:] }
 // ready pool pod the ring gives it before any claim, and the claim's
 // assign is written on it: the instance accepts no second connection.
 func TestAssignUsesPreconnectedConnection(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	r, reqs := preconnectedReplica(t, e)
 	if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
@@ -151,6 +157,7 @@ func TestAssignUsesPreconnectedConnection(t *testing.T) {
 // a token of its own, and the repeat for the function held is a 200: the
 // claim succeeds and the pod is kept.
 func TestAssignRepeatedAfterKeptAliveConnectionFails(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.mu.Lock()
 	e.dropAssigns = 1

@@ -2,12 +2,14 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -17,6 +19,7 @@ import (
 // instance what it holds and records it for that function; a reported
 // pool pod whose instance holds nothing is left in the pool.
 func TestReportedPoolPodAdopted(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances = 0
@@ -35,7 +38,9 @@ func TestReportedPoolPodAdopted(t *testing.T) {
 			}
 		}
 	}()
-	for seq := uint64(1); ; seq++ {
+	seq := uint64(0)
+	poll.Until(t, 10*time.Second, 100*time.Millisecond, "p1, reported by the router and holding hello, recorded for it", func(context.Context) error {
+		seq++
 		rep := &skipperv1.Report{Sequence: seq, Time: timestamppb.Now(), Functions: []*skipperv1.FunctionReport{{
 			Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"},
 			// No load: the function is not scaled up, so no claim meets p1.
@@ -44,18 +49,11 @@ func TestReportedPoolPodAdopted(t *testing.T) {
 		if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: rep}}); err != nil {
 			t.Fatal(err)
 		}
-		if e.pod("p1").Labels[v1alpha1.LabelFunction] == "hello" {
-			break
+		if l := e.pod("p1").Labels[v1alpha1.LabelFunction]; l != "hello" {
+			return fmt.Errorf("p1 labelled %q", l)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(100 * time.Millisecond):
-		}
-		if seq > 100 {
-			t.Fatal("p1, reported by the router and holding hello, was never recorded for it")
-		}
-	}
+		return nil
+	})
 	if !ownedBy(e.pod("p1"), fn) {
 		t.Errorf("p1 recorded without hello's ownerReference: %v", e.pod("p1").OwnerReferences)
 	}

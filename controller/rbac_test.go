@@ -79,6 +79,7 @@ func rbacRules(t *testing.T, file string) []rbacv1.PolicyRule {
 }
 
 func TestRBACGrantsExactlyTheCalls(t *testing.T) {
+	t.Parallel()
 	rules := rbacRules(t, filepath.Join("..", "deploy", "base", "controller-rbac.yaml"))
 	grants := func(c apiCall, r rbacv1.PolicyRule) bool {
 		return slices.Contains(r.APIGroups, c.group) && slices.Contains(r.Resources, c.resource) && slices.Contains(r.Verbs, c.verb) &&
@@ -117,6 +118,7 @@ var callRE = regexp.MustCompile(`\b(?:CoreV1|AppsV1|AuthenticationV1|Authorizati
 // through a client held in a variable (assignkey.go's secrets and cms)
 // and the dynamic client's status patch are listed by hand above.
 func TestControllerCallsListed(t *testing.T) {
+	t.Parallel()
 	resources := map[string]string{ // accessor → resource
 		"Pods": "pods", "ConfigMaps": "configmaps", "Secrets": "secrets", "Deployments": "deployments",
 		"TokenReviews": "tokenreviews", "SubjectAccessReviews": "subjectaccessreviews", "EndpointSlices": "endpointslices",

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"context"
 	"crypto/ed25519"
+	"fmt"
 	"testing"
 	"time"
 
@@ -12,10 +14,12 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
 func TestStaleCallers(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("private", "echo")
 	fn.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a"}}
@@ -67,6 +71,7 @@ func TestStaleCallers(t *testing.T) {
 // callers and notes them on the pod; when the callers change, the owner
 // assigns the instance again with the new ones.
 func TestCallersChangeReassigns(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("private", "echo")
 	fn.Spec.Callers = v1alpha1.Callers{Namespaces: []string{"team-a"}}
@@ -81,8 +86,8 @@ func TestCallersChangeReassigns(t *testing.T) {
 	if len(reqs) != 1 || reqs[0].Callers == nil || len(reqs[0].Callers.Namespaces) != 1 || reqs[0].Callers.Namespaces[0] != "team-a" {
 		t.Fatalf("assign requests %+v, want one carrying callers [team-a]", reqs)
 	}
-	eventually(t, "p1's record with its callers", func() bool {
-		return e.pod("p1").Annotations[annCallers] == callersDigest(&fn.Spec.Callers)
+	poll.Until(t, pollTimeout, pollInterval, "p1's record with its callers", func(context.Context) error {
+		return callersNoted(e.pod("p1"), fn)
 	})
 
 	// The callers change: p1 is assigned again with the new ones.
@@ -101,11 +106,13 @@ func TestCallersChangeReassigns(t *testing.T) {
 	if _, err := fns.Update(t.Context(), us, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "p1 assigned again with callers [team-b] and noted", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "p1 assigned again with callers [team-b] and noted", func(context.Context) error {
 		reqs := e.assignRequests()
 		last := reqs[len(reqs)-1]
-		return len(reqs) >= 2 && last.Callers != nil && len(last.Callers.Namespaces) == 1 && last.Callers.Namespaces[0] == "team-b" &&
-			e.pod("p1").Annotations[annCallers] == callersDigest(&fn.Spec.Callers)
+		if len(reqs) < 2 || last.Callers == nil || len(last.Callers.Namespaces) != 1 || last.Callers.Namespaces[0] != "team-b" {
+			return fmt.Errorf("%d assign requests, the last with callers %+v", len(reqs), last.Callers)
+		}
+		return callersNoted(e.pod("p1"), fn)
 	})
 	// The instance accepts each: bound to its own request, with a fresh id
 	// (a re-assign is no replay).
@@ -119,4 +126,13 @@ func TestCallersChangeReassigns(t *testing.T) {
 			t.Errorf("assign %d (callers %+v): the instance would refuse it: %v", i, r.Callers, err)
 		}
 	}
+}
+
+// callersNoted says whether p's record notes fn's callers, as a poll.Until
+// condition.
+func callersNoted(p *corev1.Pod, fn *v1alpha1.Function) error {
+	if got, want := p.Annotations[annCallers], callersDigest(&fn.Spec.Callers); got != want {
+		return fmt.Errorf("%s notes callers %q, want %q", p.Name, got, want)
+	}
+	return nil
 }

@@ -187,3 +187,14 @@ func (c *controller) recordOnce(ctx context.Context, cur *corev1.Pod, fn *v1alph
 	}
 	return fmt.Errorf("record claim of pod %s/%s: %w", cur.Namespace, cur.Name, err)
 }
+
+// RecordPatch is the JSON patch the record of a claim applies to pod, as
+// last read, once its instance accepted fn at the time at (no restarts, no
+// router, no callers): the label, the ownerReference, the annotations, and
+// the test ops that make it fail (422 Invalid, a lost claim) when the pod's
+// labels, owners or UID changed since the read. The controller builds it
+// itself; it is exported for the tests that apply it to a real API server
+// (tests/integration).
+func RecordPatch(pod *corev1.Pod, fn *v1alpha1.Function, at time.Time) ([]byte, error) {
+	return recordPatch(pod, fn, claimInfo{At: at})
+}

@@ -352,7 +352,7 @@ func BenchmarkScaleConverge(b *testing.B) {
 // BenchmarkScaleConverge relies on: the replica reaches the steady state
 // (newScaleReplica fails otherwise), an interval keeps it there, and the
 // router is subscribed to every Function it reported.
-func TestScaleReplicaSteady(t *testing.T) {
+func TestScaleReplicaSteady(t *testing.T) { // not parallel: it measures the process's heap
 	const n = 60
 	r := newScaleReplica(t, n)
 	r.interval(t, t.Context(), time.Now())

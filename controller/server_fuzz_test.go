@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -100,17 +101,13 @@ func fuzzServer(tb testing.TB) skipperv1.ControllerClient {
 	// Serve only once the caches have synced: until then every call is
 	// Unavailable (ErrNotSynced), which a target's check after its input
 	// would take for the server's failure (a CI rehearsal met it).
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	poll.Until(tb, 10*time.Second, pollInterval, "the server synced", func(context.Context) error {
 		_, err := client.GetInstance(ctx, &skipperv1.GetInstanceRequest{Function: ref("default", "missing")})
-		if status.Code(err) != codes.Unavailable {
-			break
+		if status.Code(err) == codes.Unavailable {
+			return err
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("the server did not sync within 10s: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	return client
 }
 

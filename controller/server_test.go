@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -40,6 +42,7 @@ import (
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -396,7 +399,12 @@ func startReplica(t *testing.T, e *testEnv, name string, grpcLis net.Listener, m
 		conn.Close()
 		r.stop()
 	})
-	eventually(t, "replica ready", func() bool { return httpGet(t, r.httpAddr, "/readyz") == http.StatusOK })
+	poll.Until(t, pollTimeout, pollInterval, "replica ready", func(context.Context) error {
+		if code := httpGet(t, r.httpAddr, "/readyz"); code != http.StatusOK {
+			return fmt.Errorf("/readyz: %d", code)
+		}
+		return nil
+	})
 	return r
 }
 
@@ -426,15 +434,58 @@ func httpGetBody(t *testing.T, addr, path string) (int, string) {
 	return resp.StatusCode, string(b)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
+// pollTimeout and pollInterval are this package's poll.Until defaults.
+const pollTimeout, pollInterval = 5 * time.Second, 10 * time.Millisecond
+
+// diff is cmp.Diff as an error, for a poll.Until condition.
+func diff(want, got any) error {
+	if d := cmp.Diff(want, got); d != "" {
+		return fmt.Errorf("(-want +got):\n%s", d)
 	}
+	return nil
+}
+
+// metricLines says whether r's metrics have each of the sample lines, as
+// a poll.Until condition.
+func metricLines(t *testing.T, r *replica, lines ...string) error {
+	t.Helper()
+	_, body := httpGetBody(t, r.httpAddr, "/metrics")
+	for _, l := range lines {
+		if !strings.Contains(body, l) {
+			return fmt.Errorf("no %s", l)
+		}
+	}
+	return nil
+}
+
+// ringMembers says whether every replica's metrics show a ring of n
+// members, as a poll.Until condition.
+func ringMembers(t *testing.T, n int, rs ...*replica) error {
+	t.Helper()
+	for _, r := range rs {
+		_, body := httpGetBody(t, r.httpAddr, "/metrics")
+		if !strings.Contains(body, fmt.Sprintf("\nskipper_controller_ring_members %d\n", n)) {
+			return fmt.Errorf("%s: no skipper_controller_ring_members %d", r.httpAddr, n)
+		}
+	}
+	return nil
+}
+
+// podGone says whether pod name is gone, as a poll.Until condition.
+func podGone(ctx context.Context, e *testEnv, name string) error {
+	if _, err := e.core.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return fmt.Errorf("get pod %s: %v, want NotFound", name, err)
+	}
+	return nil
+}
+
+// recordedFor says whether p carries fn's record (label and
+// ownerReference), as a poll.Until condition.
+func recordedFor(p *corev1.Pod, fn *v1alpha1.Function) error {
+	if p.Labels[v1alpha1.LabelFunction] != fn.Name || !ownedBy(p, fn) {
+		return fmt.Errorf("%s labelled %q, owned by %v: not recorded for %s", p.Name, p.Labels[v1alpha1.LabelFunction], p.OwnerReferences, fn.Name)
+	}
+	return nil
 }
 
 func getInstance(ctx context.Context, r *replica, name string, router *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, error) {
@@ -447,6 +498,7 @@ func getInstance(ctx context.Context, r *replica, name string, router *skipperv1
 }
 
 func TestGetInstanceClaimsAndAssigns(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Minute))))
@@ -470,7 +522,12 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 	}
 
 	// The pod carries the claim once its record landed.
-	eventually(t, "p1's record", func() bool { return e.pod("p1").Labels[v1alpha1.LabelFunction] != "" })
+	poll.Until(t, pollTimeout, pollInterval, "p1's record", func(context.Context) error {
+		if e.pod("p1").Labels[v1alpha1.LabelFunction] == "" {
+			return errors.New("p1 not labelled")
+		}
+		return nil
+	})
 	p1 := e.pod("p1")
 	if p1.Labels[v1alpha1.LabelFunction] != "hello" || !ownedBy(p1, fn) {
 		t.Errorf("p1 labels %v owners %v: not claimed for hello", p1.Labels, p1.OwnerReferences)
@@ -514,22 +571,28 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 	}
 
 	// The public key is published where pool pods mount it, and status names the owner.
-	eventually(t, "assign key ConfigMap in default", func() bool {
-		cm, err := e.core.CoreV1().ConfigMaps("default").Get(t.Context(), v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
+	poll.Until(t, pollTimeout, pollInterval, "assign key ConfigMap in default", func(ctx context.Context) error {
+		cm, err := e.core.CoreV1().ConfigMaps("default").Get(ctx, v1alpha1.AssignKeyConfigMap, metav1.GetOptions{})
 		if err != nil {
-			return false
+			return err
 		}
 		k, err := assign.ParsePublicKeys([]byte(cm.Data[v1alpha1.AssignKeyConfigMapKey]))
-		return err == nil && len(k) == 1 && k[0].Equal(e.publicKey())
+		if err != nil || len(k) != 1 || !k[0].Equal(e.publicKey()) {
+			return fmt.Errorf("keys %v (%v), want the test key alone", k, err)
+		}
+		return nil
 	})
-	eventually(t, "status.owner", func() bool {
-		u, err := e.dyn.Resource(v1alpha1.Resource).Namespace("default").Get(t.Context(), "hello", metav1.GetOptions{})
+	poll.Until(t, pollTimeout, pollInterval, "status.owner", func(ctx context.Context) error {
+		u, err := e.dyn.Resource(v1alpha1.Resource).Namespace("default").Get(ctx, "hello", metav1.GetOptions{})
 		if err != nil {
-			return false
+			return err
 		}
 		owner, _, _ := unstructured.NestedString(u.Object, "status", "owner")
 		ready, _, _ := unstructured.NestedInt64(u.Object, "status", "ready")
-		return owner == "ctl-0" && ready == 1
+		if owner != "ctl-0" || ready != 1 {
+			return fmt.Errorf("owner %q ready %d, want ctl-0 and 1", owner, ready)
+		}
+		return nil
 	})
 	_, metrics := httpGetBody(t, r.httpAddr, "/metrics")
 	for _, want := range []string{
@@ -548,6 +611,7 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 }
 
 func TestConcurrentCallersShareOneClaim(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"), poolPod("p2", "echo"), poolPod("p3", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -591,7 +655,12 @@ func TestConcurrentCallersShareOneClaim(t *testing.T) {
 		}
 		return claimed
 	}
-	eventually(t, "the claim recorded", func() bool { return countClaimed() >= 1 })
+	poll.Until(t, pollTimeout, pollInterval, "the claim recorded", func(context.Context) error {
+		if countClaimed() < 1 {
+			return errors.New("no pod labelled")
+		}
+		return nil
+	})
 	claimed := 0
 	for _, n := range []string{"p1", "p2", "p3"} {
 		if _, ok := e.pod(n).Labels[v1alpha1.LabelFunction]; ok {
@@ -608,6 +677,7 @@ func TestConcurrentCallersShareOneClaim(t *testing.T) {
 // claim moves to the next pod, and the pod is recorded for the function
 // its instance holds (adopted).
 func TestClaimConflictMovesToNextPod(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	other := e.fnFor("other", "echo")
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), other, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Second))))
@@ -621,11 +691,15 @@ func TestClaimConflictMovesToNextPod(t *testing.T) {
 	if got := resp.GetInstances()[0].GetPod(); got != "p2" {
 		t.Errorf("claimed %s, want p2 after p1's instance answered 409", got)
 	}
-	eventually(t, "p1 recorded for the function its instance holds", func() bool {
-		p := e.pod("p1")
-		return p.Labels[v1alpha1.LabelFunction] == "other" && ownedBy(p, other)
+	poll.Until(t, pollTimeout, pollInterval, "p1 recorded for the function its instance holds", func(context.Context) error {
+		return recordedFor(e.pod("p1"), other)
 	})
-	eventually(t, "p2 recorded for hello", func() bool { return e.pod("p2").Labels[v1alpha1.LabelFunction] == "hello" })
+	poll.Until(t, pollTimeout, pollInterval, "p2 recorded for hello", func(context.Context) error {
+		if l := e.pod("p2").Labels[v1alpha1.LabelFunction]; l != "hello" {
+			return fmt.Errorf("p2 labelled %q", l)
+		}
+		return nil
+	})
 }
 
 // TestClaimAnsweredBeforeItsRecord: the instance's acceptance is the claim.
@@ -633,6 +707,7 @@ func TestClaimConflictMovesToNextPod(t *testing.T) {
 // the record lands once writes succeed again, and until then the claim is
 // counted as unrecorded.
 func TestClaimAnsweredBeforeItsRecord(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	var down atomic.Bool
 	down.Store(true)
@@ -668,9 +743,14 @@ func TestClaimAnsweredBeforeItsRecord(t *testing.T) {
 		t.Fatalf("second GetInstance = %v, %v; want p1", resp, err)
 	}
 	down.Store(false)
-	eventually(t, "the record landed", func() bool {
-		p := e.pod("p1")
-		return p.Labels[v1alpha1.LabelFunction] == "hello" && ownedBy(p, fn) && unrecorded(0)
+	poll.Until(t, pollTimeout, pollInterval, "the record landed", func(context.Context) error {
+		if err := recordedFor(e.pod("p1"), fn); err != nil {
+			return err
+		}
+		if !unrecorded(0) {
+			return errors.New("skipper_controller_claims_unrecorded is not 0")
+		}
+		return nil
 	})
 	if n := len(e.assignRequests()); n != 1 {
 		t.Errorf("%d assign requests, want 1", n)
@@ -678,6 +758,7 @@ func TestClaimAnsweredBeforeItsRecord(t *testing.T) {
 }
 
 func TestGetInstanceWaitsForAPoolPod(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -694,6 +775,7 @@ func TestGetInstanceWaitsForAPoolPod(t *testing.T) {
 }
 
 func TestGetInstanceErrors(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(
 		poolDeploy("echo"), poolDeploy("empty"), poolPod("p1", "echo"),
@@ -748,6 +830,7 @@ func TestGetInstanceErrors(t *testing.T) {
 }
 
 func TestForwardsOnceToOwner(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	// Both replicas share 127.0.0.1, so each advertises its own port; the
@@ -758,11 +841,7 @@ func TestForwardsOnceToOwner(t *testing.T) {
 	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
 	a := startReplica(t, e, "ctl-a", la, nil)
 	b := startReplica(t, e, "ctl-b", lb, nil)
-	eventually(t, "both replicas see a two-member ring", func() bool {
-		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
-		_, mb := httpGetBody(t, b.httpAddr, "/metrics")
-		return strings.Contains(ma, "skipper_controller_ring_members 2") && strings.Contains(mb, "skipper_controller_ring_members 2")
-	})
+	poll.Until(t, pollTimeout, pollInterval, "both replicas see a two-member ring", func(context.Context) error { return ringMembers(t, 2, a, b) })
 
 	resp, err := getInstance(t.Context(), a, name, nil)
 	if err != nil {
@@ -806,6 +885,7 @@ func helloStream(t *testing.T, ctx context.Context, r *replica, id *skipperv1.Ro
 }
 
 func TestConnectPushesUpdates(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ReportInterval = 2 * time.Second })
@@ -850,9 +930,8 @@ func TestConnectPushesUpdates(t *testing.T) {
 			break
 		}
 	}
-	eventually(t, "heartbeat metric", func() bool {
-		_, body := httpGetBody(t, r.httpAddr, "/metrics")
-		return strings.Contains(body, `skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
+	poll.Until(t, pollTimeout, pollInterval, "heartbeat metric", func(context.Context) error {
+		return metricLines(t, r, `skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
 	})
 	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
 	if err != nil {
@@ -866,6 +945,7 @@ func TestConnectPushesUpdates(t *testing.T) {
 }
 
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	r := startReplica(t, e, "ctl-0", nil, nil)
 	if code := httpGet(t, r.httpAddr, "/healthz"); code != http.StatusOK {
@@ -880,6 +960,7 @@ func TestHealth(t *testing.T) {
 }
 
 func TestAssignKeyCreateRace(t *testing.T) {
+	t.Parallel()
 	// Another replica creates the Secret between our Get and our Create.
 	other, _ := testKey(t)
 	core := fake.NewClientset()
@@ -917,6 +998,7 @@ func testKey(t *testing.T) (*corev1.Secret, ed25519.PrivateKey) {
 }
 
 func TestHelloResubscriptionGetsCurrentSet(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -970,6 +1052,7 @@ func TestHelloResubscriptionGetsCurrentSet(t *testing.T) {
 }
 
 func TestConnectRequiresHello(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	r := startReplica(t, e, "ctl-0", nil, nil)
 	stream, err := r.client.Connect(t.Context())
@@ -985,6 +1068,7 @@ func TestConnectRequiresHello(t *testing.T) {
 }
 
 func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	e.add(poolDeploy("echo"), fn)
@@ -1010,6 +1094,7 @@ func TestWaitingClaimTakesAnInstanceClaimedElsewhere(t *testing.T) {
 // stops pushing, and the new owner subscribes routers from their reports
 // and sends them its current set, so warm traffic needs no GetInstance.
 func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	name := functionOwnedBy(t, lb, la, lb)
@@ -1041,18 +1126,35 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 	// B joins once A's claim is recorded (until then only A knows p1 is
 	// the function's: a move inside that window hands B an empty set); the
 	// function moves to B.
-	eventually(t, "p1's record", func() bool { return e.pod("p1").Labels[v1alpha1.LabelFunction] == name })
+	poll.Until(t, pollTimeout, pollInterval, "p1's record", func(context.Context) error {
+		if l := e.pod("p1").Labels[v1alpha1.LabelFunction]; l != name {
+			return fmt.Errorf("p1 labelled %q", l)
+		}
+		return nil
+	})
 	e.add(sliceOf("ctl-b", lb))
-	eventually(t, "A has forgotten the function", func() bool {
-		st, err := a.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
-		return err == nil && len(st.GetRingMembers()) == 2 && len(st.GetFunctions()) == 0
+	poll.Until(t, pollTimeout, pollInterval, "A has forgotten the function", func(ctx context.Context) error {
+		st, err := a.client.GetState(ctx, &skipperv1.GetStateRequest{})
+		if err != nil {
+			return err
+		}
+		if len(st.GetRingMembers()) != 2 || len(st.GetFunctions()) != 0 {
+			return fmt.Errorf("ring %v, functions %v", st.GetRingMembers(), st.GetFunctions())
+		}
+		return nil
 	})
 	// B's own view too: a report B takes before its ring names it the
 	// owner subscribes nothing (the router's next report would; this test
 	// sends one). CI once sent it 1 ms before B's ring changed.
-	eventually(t, "B sees itself in the ring", func() bool {
-		st, err := b.client.GetState(t.Context(), &skipperv1.GetStateRequest{})
-		return err == nil && len(st.GetRingMembers()) == 2
+	poll.Until(t, pollTimeout, pollInterval, "B sees itself in the ring", func(ctx context.Context) error {
+		st, err := b.client.GetState(ctx, &skipperv1.GetStateRequest{})
+		if err != nil {
+			return err
+		}
+		if len(st.GetRingMembers()) != 2 {
+			return fmt.Errorf("ring %v", st.GetRingMembers())
+		}
+		return nil
 	})
 	sb, cancelB := connect(b)
 	defer cancelB()
@@ -1091,6 +1193,7 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 // (its controller died) is adopted once no claim can still record it, so
 // it leaves the pool instead of answering 409 for good.
 func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	once := e.fnFor("once", "echo")
 	once.Spec.Oneshot = true
@@ -1099,7 +1202,9 @@ func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
 	e.mu.Lock()
 	e.holdClaims["uid-p1"] = "a claim of a dead controller"
 	e.mu.Unlock()
-	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimTimeout, c.AssignTimeout = 200*time.Millisecond, 100*time.Millisecond })
+	// The grace is ClaimTimeout + 2 AssignTimeout (2s): room for the claim
+	// of p2 and the check below on a loaded machine.
+	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ClaimTimeout, c.AssignTimeout = time.Second, 500*time.Millisecond })
 	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
 	resp, err := getInstance(t.Context(), r, "once", router)
 	if err != nil {
@@ -1111,8 +1216,14 @@ func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
 	if _, ok := e.pod("p1").Labels[v1alpha1.LabelFunction]; ok {
 		t.Fatal("p1 recorded at once: the claim that won it may still record it")
 	}
-	eventually(t, "p1 adopted after the grace", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "p1 adopted after the grace", func(context.Context) error {
 		p := e.pod("p1")
-		return p.Labels[v1alpha1.LabelFunction] == "once" && ownedBy(p, once) && p.Annotations[annOneshotRouter] == ""
+		if err := recordedFor(p, once); err != nil {
+			return err
+		}
+		if r := p.Annotations[annOneshotRouter]; r != "" {
+			return fmt.Errorf("p1 still leased to router %s", r)
+		}
+		return nil
 	})
 }

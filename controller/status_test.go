@@ -14,6 +14,7 @@ import (
 // (and nothing about counts it no longer has); once fixed, Degraded goes
 // back to False; a Function never invalid carries no Degraded condition.
 func TestStatusPatchDegraded(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0.Add(time.Minute)
 	cond := func(typ string, st metav1.ConditionStatus, reason, msg string, at time.Time) metav1.Condition {

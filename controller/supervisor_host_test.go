@@ -108,6 +108,7 @@ func (h *fakeHost) writeStatus(ctx context.Context, fn *v1alpha1.Function, v sta
 // interval passed, a restarted instance is retired, and a snapshot that
 // says stop stops it.
 func TestSupervisorThroughHost(t *testing.T) {
+	t.Parallel()
 	cfg := validConfig()
 	cfg.HeartbeatTimeout, cfg.ReportInterval, cfg.ScaleDownStabilization = 3*time.Second, time.Second, 0
 	fn := testFunction("hello")

@@ -32,6 +32,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -83,6 +84,7 @@ func (e *testEnv) claimedPods() []string {
 }
 
 func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	staleInformer(e)
 	fn := e.fnFor("hello", "echo")
@@ -123,15 +125,23 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 				t.Fatalf("ensureInstance: %v", err)
 			}
 			wg.Wait()
-			eventually(t, "claims in flight to end", func() bool {
-				return c.claims.inFlight() == 0
+			poll.Until(t, pollTimeout, pollInterval, "claims in flight to end", func(context.Context) error {
+				if n := c.claims.inFlight(); n != 0 {
+					return fmt.Errorf("%d in flight", n)
+				}
+				return nil
 			})
 			if claimed() >= most || round > 10 {
 				break
 			}
 		}
 		// The records follow the assigns in the background.
-		eventually(t, "the claims recorded", func() bool { return len(e.claimedPods()) >= most })
+		poll.Until(t, pollTimeout, pollInterval, "the claims recorded", func(context.Context) error {
+			if n := len(e.claimedPods()); n < most {
+				return fmt.Errorf("%d claimed", n)
+			}
+			return nil
+		})
 		if got := e.claimedPods(); len(got) != most {
 			t.Fatalf("after scale-ups to %d: claimed %d pods %v, want %d", want, len(got), got, most)
 		}
@@ -147,9 +157,15 @@ func TestConcurrentScaleUpsWithStaleInformerNeverOverClaim(t *testing.T) {
 		t.Errorf("instance set holds %d, want 5", len(set))
 	}
 	// A stalled informer shows as a growing lag.
-	eventually(t, "informer lag above zero", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "informer lag above zero", func(context.Context) error {
 		var m dto.Metric
-		return c.metrics.informerLag.Write(&m) == nil && m.GetGauge().GetValue() > 0
+		if err := c.metrics.informerLag.Write(&m); err != nil {
+			return err
+		}
+		if v := m.GetGauge().GetValue(); v <= 0 {
+			return fmt.Errorf("lag %v", v)
+		}
+		return nil
 	})
 }
 
@@ -212,6 +228,19 @@ func (fr *fakeRouter) latest() *skipperv1.AssignmentUpdate {
 	return out
 }
 
+// latestHolds says whether the latest update holds n instances, as a
+// poll.Until condition.
+func (fr *fakeRouter) latestHolds(n int) error {
+	u := fr.latest()
+	if u == nil {
+		return errors.New("no update yet")
+	}
+	if got := len(u.GetInstances()); got != n {
+		return fmt.Errorf("the latest update holds %d instances", got)
+	}
+	return nil
+}
+
 func (fr *fakeRouter) ack(name string, gen uint64) {
 	fr.t.Helper()
 	if err := fr.stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Ack{Ack: &skipperv1.Ack{
@@ -267,6 +296,7 @@ func (e *testEnv) functionStatus(name string) map[string]any {
 // stabilization window with a drain that waits for the router's ack and
 // in-flight, then scale to zero after idleTimeout.
 func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MaxInstances = 3
@@ -290,14 +320,18 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 		t.Fatalf("cold GetInstance: %d instances, want 1", len(resp.GetInstances()))
 	}
 	// Load: 3 in flight with a target of 1 → 3 instances.
-	eventuallyFor(t, 5*time.Second, "scale-up to 3 instances pushed to the router", func() bool {
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "scale-up to 3 instances pushed to the router", func(context.Context) error {
 		router.report("hello", 3, nil)
-		u := router.latest()
-		return u != nil && len(u.GetInstances()) == 3
+		return router.latestHolds(3)
 	})
 	// The fake API server records a claim just after the informer may show
 	// it: wait for the third, then check no fourth follows.
-	eventually(t, "three claims recorded", func() bool { return len(e.claimedPods()) >= 3 })
+	poll.Until(t, pollTimeout, pollInterval, "three claims recorded", func(context.Context) error {
+		if n := len(e.claimedPods()); n < 3 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
+	})
 	state, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "hello"}})
 	if err != nil || len(state.GetFunctions()) != 1 {
 		t.Fatalf("GetState = %v, %v", state, err)
@@ -312,17 +346,17 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 	// stabilization window the set shrinks to one (the function is still
 	// active), and the drained pods wait for the ack and in-flight.
 	busy := up.GetInstances()[0].GetPodUid()
-	eventuallyFor(t, 5*time.Second, "scale-down withdrawal pushed", func() bool {
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "scale-down withdrawal pushed", func(context.Context) error {
 		router.report("hello", 1, map[string]uint32{busy: 1})
-		u := router.latest()
-		return u != nil && len(u.GetInstances()) == 1
+		return router.latestHolds(1)
 	})
 	down := router.latest()
 	kept := down.GetInstances()[0].GetPodUid()
 	if kept != busy {
 		t.Errorf("kept instance %s, want the busy one %s (the least loaded drain first)", kept, busy)
 	}
-	time.Sleep(200 * time.Millisecond) // several ticks: nothing may be deleted before the ack
+	// Nothing is deleted before the ack (tick after tick, on fake time:
+	// TestDrainWaitsForTheRoutersAck).
 	if n := len(e.livePods("hello")); n != 3 {
 		t.Fatalf("%d instances before the router acked the withdrawal, want 3", n)
 	}
@@ -330,25 +364,34 @@ func TestSupervisorScalesUpDrainsAndScalesToZero(t *testing.T) {
 		t.Errorf("%d claims, want 3", n)
 	}
 	router.ack("hello", down.GetGeneration())
-	eventuallyFor(t, 5*time.Second, "drained pods deleted", func() bool {
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "drained pods deleted", func(context.Context) error {
 		router.report("hello", 1, map[string]uint32{busy: 1})
-		return len(e.livePods("hello")) == 1
+		if n := len(e.livePods("hello")); n != 1 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
 	})
 	if got := e.livePods("hello")[0].UID; string(got) != kept {
 		t.Errorf("the remaining instance is %s, want %s", got, kept)
 	}
 
 	// Idle: no load for idleTimeout → scale to zero, the last pod drained.
-	eventuallyFor(t, 10*time.Second, "scale to zero", func() bool {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "scale to zero", func(context.Context) error {
 		router.report("hello", 0, nil)
 		if u := router.latest(); u != nil && len(u.GetInstances()) == 0 {
 			router.ack("hello", u.GetGeneration())
 		}
-		return len(e.livePods("hello")) == 0
+		if n := len(e.livePods("hello")); n != 0 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
 	})
-	eventuallyFor(t, 5*time.Second, "status desired 0 reason idle", func() bool {
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "status desired 0 reason idle", func(context.Context) error {
 		st := e.functionStatus("hello")
-		return fmt.Sprint(st["desired"]) == "0" && st["lastScaleReason"] == "idle" && st["owner"] == "ctl-0"
+		if fmt.Sprint(st["desired"]) != "0" || st["lastScaleReason"] != "idle" || st["owner"] != "ctl-0" {
+			return fmt.Errorf("status %v", st)
+		}
+		return nil
 	})
 	_, metrics := httpGetBody(t, r.httpAddr, "/metrics")
 	for _, want := range []string{
@@ -404,18 +447,8 @@ func splitLines(s string) func(func(string) bool) {
 	}
 }
 
-func eventuallyFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances, fn.Spec.MaxInstances = 2, 4
@@ -427,11 +460,19 @@ func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
 		c.ScaleInterval, c.StatusInterval = 20*time.Millisecond, 10*time.Millisecond
 	})
 	// No call, no report: minInstances alone starts the supervisor.
-	eventually(t, "two instances claimed", func() bool { return len(e.livePods("hello")) == 2 })
-	eventually(t, "status desired 2 ready 2, conditions", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "two instances claimed", func(context.Context) error {
+		if n := len(e.livePods("hello")); n != 2 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
+	poll.Until(t, pollTimeout, pollInterval, "status desired 2 ready 2, conditions", func(context.Context) error {
 		st := e.functionStatus("hello")
 		conds, _ := st["conditions"].([]any)
-		return fmt.Sprint(st["desired"]) == "2" && fmt.Sprint(st["ready"]) == "2" && st["lastScaleReason"] == "minInstances" && len(conds) == 2
+		if fmt.Sprint(st["desired"]) != "2" || fmt.Sprint(st["ready"]) != "2" || st["lastScaleReason"] != "minInstances" || len(conds) != 2 {
+			return fmt.Errorf("status %v", st)
+		}
+		return nil
 	})
 
 	// A container restart loses the assignment: the pod is deleted and
@@ -441,9 +482,14 @@ func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
 	if _, err := e.core.CoreV1().Pods("default").UpdateStatus(t.Context(), victim, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "restarted instance deleted and replaced", func() bool {
-		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), victim.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err) && len(e.livePods("hello")) == 2
+	poll.Until(t, pollTimeout, pollInterval, "restarted instance deleted and replaced", func(ctx context.Context) error {
+		if err := podGone(ctx, e, victim.Name); err != nil {
+			return err
+		}
+		if n := len(e.livePods("hello")); n != 2 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
 	})
 	resp, err := getInstance(t.Context(), r, "hello", nil)
 	if err != nil {
@@ -457,6 +503,7 @@ func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
 }
 
 func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "empty")
 	fn.Spec.MinInstances = 1
@@ -464,28 +511,32 @@ func TestPoolExhaustedSetsConditionAndEvent(t *testing.T) {
 	startReplica(t, e, "ctl-0", nil, func(c *Config) {
 		c.ScaleInterval, c.StatusInterval, c.ClaimTimeout = 20*time.Millisecond, 10*time.Millisecond, 100*time.Millisecond
 	})
-	eventually(t, "PoolAvailable False with the reason", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "PoolAvailable False with the reason", func(context.Context) error {
 		conds, _ := e.functionStatus("hello")["conditions"].([]any)
 		for _, c := range conds {
 			m, _ := c.(map[string]any)
 			if m["type"] == conditionPoolAvailable && m["status"] == "False" && m["reason"] == "PoolExhausted" {
-				return true
+				return nil
 			}
 		}
-		return false
+		return fmt.Errorf("conditions %v", conds)
 	})
-	eventually(t, "PoolExhausted event", func() bool {
-		evs, _ := e.core.CoreV1().Events("default").List(t.Context(), metav1.ListOptions{})
+	poll.Until(t, pollTimeout, pollInterval, "PoolExhausted event", func(ctx context.Context) error {
+		evs, err := e.core.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
 		for _, ev := range evs.Items {
 			if ev.Reason == "PoolExhausted" && ev.Type == corev1.EventTypeWarning {
-				return true
+				return nil
 			}
 		}
-		return false
+		return fmt.Errorf("none among %d events", len(evs.Items))
 	})
 }
 
 func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("once", "echo")
 	fn.Spec.Oneshot = true
@@ -513,8 +564,11 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 	if first.GetInstance().GetPodUid() == second.GetInstance().GetPodUid() {
 		t.Fatalf("two calls got the same instance %s", first.GetInstance().GetPod())
 	}
-	eventually(t, "the oneshot's router recorded on its pod", func() bool {
-		return e.pod(first.GetInstance().GetPod()).Annotations[annOneshotRouter] == routerA.GetPod()
+	poll.Until(t, pollTimeout, pollInterval, "the oneshot's router recorded on its pod", func(context.Context) error {
+		if got := e.pod(first.GetInstance().GetPod()).Annotations[annOneshotRouter]; got != routerA.GetPod() {
+			return fmt.Errorf("router %q", got)
+		}
+		return nil
 	})
 
 	release := func(name string, router *skipperv1.RouterIdentity, uid string) error {
@@ -547,9 +601,8 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 		t.Errorf("released pod: err = %v, want NotFound", err)
 	}
 	// The instance its router never released goes at the lease's end.
-	eventuallyFor(t, 5*time.Second, "unreleased oneshot instance deleted after --oneshot-lease", func() bool {
-		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), second.GetInstance().GetPod(), metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "unreleased oneshot instance deleted after --oneshot-lease", func(ctx context.Context) error {
+		return podGone(ctx, e, second.GetInstance().GetPod())
 	})
 	// The shared set of a oneshot function stays empty.
 	st, err := r.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: "once"}})
@@ -568,6 +621,7 @@ func TestOneshotInstancePerCallReleasedByItsRouter(t *testing.T) {
 // instances over (status, Event, metric) and scales down only after one
 // full heartbeat window.
 func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	name := functionOwnedBy(t, lb, la, lb)
@@ -589,25 +643,36 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	if _, err := getInstance(t.Context(), a, name, router.id); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "A scales to two instances", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "A scales to two instances", func(context.Context) error {
 		router.report(name, 2, nil)
-		return len(e.livePods(name)) == 2
+		if n := len(e.livePods(name)); n != 2 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
 	})
 
 	// B joins and owns the function: A stops, B takes over.
 	e.add(sliceOf("ctl-b", lb))
 	var takeover time.Time
-	eventually(t, "status.owner ctl-b", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "status.owner ctl-b", func(context.Context) error {
 		takeover = time.Now()
-		return e.functionStatus(name)["owner"] == "ctl-b"
+		if owner := e.functionStatus(name)["owner"]; owner != "ctl-b" {
+			return fmt.Errorf("owner %v", owner)
+		}
+		return nil
 	})
 	for time.Since(takeover) < heartbeat*7/10 {
 		if n := len(e.livePods(name)); n != 2 {
 			t.Fatalf("%d instances %s after the move, want 2 until a heartbeat window passed", n, time.Since(takeover))
 		}
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // sleep: poll (the count must hold for most of the window)
 	}
-	eventuallyFor(t, 5*time.Second, "B scales down the idle function to one", func() bool { return len(e.livePods(name)) == 1 })
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "B scales down the idle function to one", func(context.Context) error {
+		if n := len(e.livePods(name)); n != 1 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 	for _, r := range []*replica{a, b} {
 		_, m := httpGetBody(t, r.httpAddr, "/metrics")
 		if !containsLine(m, "skipper_controller_ownership_moves_total 1") {
@@ -623,30 +688,11 @@ func TestOwnershipMoveHandsSupervisionOver(t *testing.T) {
 	}
 }
 
-// TestScaleUpBacksOffAfterFailedClaims: instances that refuse their
-// assignment are deleted, and the supervisor retries with exponential
-// back-off rather than on every tick.
-func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
-	e := newTestEnv(t)
-	fn := e.fnFor("broken", "echo")
-	fn.Spec.MinInstances = 1
-	e.add(poolDeploy("echo"), fn)
-	for i := range 20 {
-		e.add(poolPod(fmt.Sprintf("p%02d", i), "echo"))
-	}
-	e.failFn["default/broken"] = http.StatusInternalServerError
-	startReplica(t, e, "ctl-0", nil, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
-	time.Sleep(time.Second) // 50 ticks
-	// Back-off 20ms, 40ms, 80ms, ... : about 6 attempts in a second, not 50.
-	if n := len(e.assignRequests()); n < 2 || n > 10 {
-		t.Errorf("%d assign attempts in 1s of 20ms ticks, want a handful (back-off)", n)
-	}
-}
-
 // TestOwnerDeathScalingResumesWithinTwoIntervals: when the owning replica
 // dies (its endpoint leaves the Service), the next owner takes the function
 // over and acts on load within two scale intervals.
 func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	la, lb := listen(t), listen(t)
 	name := functionOwnedBy(t, la, la, lb)
@@ -660,11 +706,7 @@ func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
 	cfg := func(c *Config) { c.ScaleInterval, c.StatusInterval = interval, 10*time.Millisecond }
 	a := startReplica(t, e, "ctl-a", la, cfg)
 	b := startReplica(t, e, "ctl-b", lb, cfg)
-	eventually(t, "both replicas see a two-member ring", func() bool {
-		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
-		_, mb := httpGetBody(t, b.httpAddr, "/metrics")
-		return containsLine(ma, "skipper_controller_ring_members 2") && containsLine(mb, "skipper_controller_ring_members 2")
-	})
+	poll.Until(t, pollTimeout, pollInterval, "both replicas see a two-member ring", func(context.Context) error { return ringMembers(t, 2, a, b) })
 	if resp, err := getInstance(t.Context(), a, name, nil); err != nil || resp.GetOwner() != "ctl-a" {
 		t.Fatalf("GetInstance = %v, %v; want owner ctl-a", resp, err)
 	}
@@ -676,48 +718,51 @@ func TestOwnerDeathScalingResumesWithinTwoIntervals(t *testing.T) {
 	}
 	died := time.Now()
 	router := connectRouter(t, b, "skipper-system/router-d")
-	for {
+	poll.Until(t, 2*interval-time.Since(died), pollInterval, "B scaling the function up within two intervals of the owner's death", func(ctx context.Context) error {
 		router.report(name, 3, nil) // the router reports to the owner by its own view: now B
-		st, err := b.client.GetState(t.Context(), &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}})
+		st, err := b.client.GetState(ctx, &skipperv1.GetStateRequest{Function: &skipperv1.FunctionRef{Namespace: "default", Name: name}})
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
-		if fs := st.GetFunctions(); len(fs) == 1 && fs[0].GetDesired() == 3 {
-			break
+		if fs := st.GetFunctions(); len(fs) != 1 || fs[0].GetDesired() != 3 {
+			return fmt.Errorf("functions %v", fs)
 		}
-		if time.Since(died) > 2*interval {
-			t.Fatalf("B did not scale the function up within two intervals (%s) of the owner's death: %v", 2*interval, st.GetFunctions())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("B decided to scale up %s after A died", time.Since(died).Round(time.Millisecond))
-	eventually(t, "B's three instances", func() bool { return len(e.livePods(name)) == 3 })
+	poll.Until(t, pollTimeout, pollInterval, "B's three instances", func(context.Context) error {
+		if n := len(e.livePods(name)); n != 3 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 }
 
 // forget deleting a function's instance series while its supervisor still
 // runs (ownership left and came back before the supervisor noticed) must
 // not leave the function without series: the supervisor writes them again.
 func TestInstanceSeriesRewrittenAfterForget(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MinInstances, fn.Spec.MaxInstances = 1, 2
 	e.add(poolDeploy("echo"), fn, poolPod("p0", "echo"), poolPod("p1", "echo"))
 	c := startController(t, e, func(c *Config) { c.ScaleInterval = 20 * time.Millisecond })
-	series := func() int {
+	series := func(context.Context) error {
 		fams, err := c.metrics.reg.Gather()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range fams {
-			if f.GetName() == "skipper_controller_instances" {
-				return len(f.GetMetric())
+			if f.GetName() == "skipper_controller_instances" && len(f.GetMetric()) > 0 {
+				return nil
 			}
 		}
-		return 0
+		return errors.New("no skipper_controller_instances series")
 	}
-	eventually(t, "instance series of the supervised function", func() bool { return series() > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "instance series of the supervised function", series)
 	c.forget("default/hello", false, false)
-	eventually(t, "instance series written again after forget", func() bool { return series() > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "instance series written again after forget", series)
 }
 
 // TestReleaseOfInstanceClaimedBeforeOwnershipMoved: the replica that owns a
@@ -726,6 +771,7 @@ func TestInstanceSeriesRewrittenAfterForget(t *testing.T) {
 // this replica's informer does not show the claim yet): it reads the pod
 // from the API server instead of refusing.
 func TestReleaseOfInstanceClaimedBeforeOwnershipMoved(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("once", "echo")
 	fn.Spec.Oneshot = true
@@ -782,7 +828,7 @@ func blockingAssign(t *testing.T) (port int32, release func(), requests *atomic.
 // instances (a Function that slipped past validation, a report that asks
 // for it) starts no more claims than --max-parallel-claims and the pool's
 // candidates allow, tick after tick; goroutines stay bounded.
-func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
+func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) { // not parallel: it counts the process's goroutines
 	e := newTestEnv(t)
 	port, release, requests := blockingAssign(t)
 	fn := e.fnFor("huge", "echo")
@@ -803,9 +849,14 @@ func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
 		started += c.scaleUp(cached, port, math.MaxInt32)
 		most = max(most, c.claims.inFlight())
 		maxGoroutines = max(maxGoroutines, runtime.NumGoroutine())
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // sleep: load (ticks 5ms apart)
 	}
-	eventually(t, "claims reach the assign endpoint", func() bool { return requests.Load() == bound })
+	poll.Until(t, pollTimeout, pollInterval, "claims reach the assign endpoint", func(context.Context) error {
+		if n := requests.Load(); n != bound {
+			return fmt.Errorf("%d assign requests", n)
+		}
+		return nil
+	})
 	if started != bound || most != bound {
 		t.Errorf("30 scale-ups to 2^31-1 started %d claims, at most %d in flight; want %d", started, most, bound)
 	}
@@ -815,13 +866,21 @@ func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
 	// Once claims complete, later ticks claim on, never more than the pool
 	// holds.
 	release()
-	eventuallyFor(t, 10*time.Second, "the pool's 20 pods claimed", func() bool {
+	poll.Until(t, 10*time.Second, 20*time.Millisecond, "the pool's 20 pods claimed", func(context.Context) error {
 		c.scaleUp(cached, port, math.MaxInt32)
-		return len(e.claimedPods()) == 20
+		if n := len(e.claimedPods()); n != 20 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
 	})
 	// A pod shows as claimed once its claim patch landed; its assign
 	// follows.
-	eventually(t, "an assign request for each of the 20 claimed pods", func() bool { return requests.Load() == 20 })
+	poll.Until(t, pollTimeout, pollInterval, "an assign request for each of the 20 claimed pods", func(context.Context) error {
+		if n := requests.Load(); n != 20 {
+			return fmt.Errorf("%d assign requests", n)
+		}
+		return nil
+	})
 	for range 5 {
 		if n := c.scaleUp(cached, port, math.MaxInt32); n > 1 {
 			t.Errorf("scale-up with an empty pool started %d claims, want at most one waiting", n)
@@ -837,6 +896,7 @@ func TestScaleUpToHugeWantClaimsAtMostTheBound(t *testing.T) {
 // (the instance decides the claim); it reaches routers once the assign
 // succeeded, and its record follows.
 func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	port, release, requests := blockingAssign(t)
 	fn := e.fnFor("hello", "echo")
@@ -889,12 +949,17 @@ func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 		resp, err := getInstance(context.Background(), r, "hello", id)
 		done <- result{resp, err}
 	}()
-	eventually(t, "the assign request sent", func() bool { return requests.Load() == 1 })
+	poll.Until(t, pollTimeout, pollInterval, "the assign request sent", func(context.Context) error {
+		if n := requests.Load(); n != 1 {
+			return fmt.Errorf("%d assign requests", n)
+		}
+		return nil
+	})
 	if _, ok := e.pod("p1").Labels[v1alpha1.LabelFunction]; ok {
 		t.Fatal("p1 labelled during its assign: the record comes only after the instance accepted")
 	}
-	// Give the replica time to hand anything out.
-	time.Sleep(300 * time.Millisecond)
+	// Nothing handed out while the assign waits (tick after tick, on fake
+	// time: TestPodReachesRoutersOnlyAfterItsAssign).
 	if got := servedPods(); len(got) != 0 {
 		t.Fatalf("routers were handed %v before the instance accepted its assignment", got)
 	}
@@ -913,8 +978,18 @@ func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 	if res.err != nil || len(res.resp.GetInstances()) != 1 || res.resp.GetInstances()[0].GetPod() != "p1" {
 		t.Fatalf("GetInstance = %v, %v; want p1", res.resp, res.err)
 	}
-	eventually(t, "p1 recorded", func() bool { return recordStateOf(e.pod("p1"), "uid-p1", fn) == recordDone })
-	eventually(t, "p1 pushed to the router", func() bool { return slices.Contains(servedPods(), "p1") })
+	poll.Until(t, pollTimeout, pollInterval, "p1 recorded", func(context.Context) error {
+		if st := recordStateOf(e.pod("p1"), "uid-p1", fn); st != recordDone {
+			return fmt.Errorf("record state %v", st)
+		}
+		return nil
+	})
+	poll.Until(t, pollTimeout, pollInterval, "p1 pushed to the router", func(context.Context) error {
+		if got := servedPods(); !slices.Contains(got, "p1") {
+			return fmt.Errorf("routers were handed %v", got)
+		}
+		return nil
+	})
 }
 
 // TestUnrecordedClaimNeverServedAndRetired: a pod a replica claimed but
@@ -922,6 +997,7 @@ func TestPodReachesRoutersOnlyAfterAssign(t *testing.T) {
 // once no claim can record it any more, the owner deletes it. One claimed
 // just now is left alone.
 func TestUnrecordedClaimNeverServedAndRetired(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	marked := func(at time.Time) podOpt {
@@ -939,10 +1015,7 @@ func TestUnrecordedClaimNeverServedAndRetired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the stale pod deleted", func() bool {
-		_, err := e.core.CoreV1().Pods("default").Get(t.Context(), "stale", metav1.GetOptions{})
-		return apierrors.IsNotFound(err)
-	})
+	poll.Until(t, pollTimeout, pollInterval, "the stale pod deleted", func(ctx context.Context) error { return podGone(ctx, e, "stale") })
 	if set := c.currentSet(cached, e.assignPort, nil); len(set) != 0 {
 		t.Errorf("instance set %v, want none: neither pod's assignment is recorded", set)
 	}
@@ -952,6 +1025,7 @@ func TestUnrecordedClaimNeverServedAndRetired(t *testing.T) {
 }
 
 func TestClaimLimiter(t *testing.T) {
+	t.Parallel()
 	var none *claimLimiter
 	if err := none.admit("any", time.Now()); err != nil {
 		t.Errorf("nil limiter: %v", err)
@@ -991,6 +1065,7 @@ func TestClaimLimiter(t *testing.T) {
 // --claim-burst-per-router claims at once and get ResourceExhausted with a
 // reason beyond; another router is not affected.
 func TestClaimRateLimitPerRouter(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("once", "echo")
 	fn.Spec.Oneshot = true // every call claims
@@ -1024,7 +1099,12 @@ func TestClaimRateLimitPerRouter(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("router b: %v", err)
 	}
-	eventually(t, "two claims recorded", func() bool { return len(e.claimedPods()) >= 2 })
+	poll.Until(t, pollTimeout, pollInterval, "two claims recorded", func(context.Context) error {
+		if n := len(e.claimedPods()); n < 2 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
+	})
 	if n := len(e.claimedPods()); n != 2 {
 		t.Errorf("%d pods claimed, want 2", n)
 	}

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles/tlstest"
@@ -42,6 +44,7 @@ const testServerName = "skipper-controller." + systemNS + ".svc"
 // plaintext client is refused; a rotated certificate is served at the
 // next handshake.
 func TestForwardsOverTLS(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	ca := tlstest.NewCA(t)
 	l1 := ca.Issue(t, testServerName)
@@ -53,10 +56,7 @@ func TestForwardsOverTLS(t *testing.T) {
 	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
 	a := startReplica(t, e, "ctl-a", la, withTLS)
 	startReplica(t, e, "ctl-b", lb, withTLS)
-	eventually(t, "A sees a two-member ring", func() bool {
-		_, ma := httpGetBody(t, a.httpAddr, "/metrics")
-		return strings.Contains(ma, "skipper_controller_ring_members 2")
-	})
+	poll.Until(t, pollTimeout, pollInterval, "A sees a two-member ring", func(context.Context) error { return ringMembers(t, 2, a) })
 
 	var p peer.Peer
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -85,7 +85,7 @@ func TestForwardsOverTLS(t *testing.T) {
 	l2 := ca.Issue(t, testServerName)
 	dir.Write(ca.Files(l2))
 	// Rechecks are a second apart: poll new connections until A serves l2.
-	eventually(t, "A serving the rotated certificate", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "A serving the rotated certificate", func(context.Context) error {
 		cc, err := grpc.NewClient("passthrough:///"+a.addr, grpc.WithTransportCredentials(testTransport(t, Config{TLSDir: dir.Path, ControllerService: "skipper-controller", PodNamespace: systemNS})))
 		if err != nil {
 			t.Fatal(err)
@@ -95,7 +95,10 @@ func TestForwardsOverTLS(t *testing.T) {
 		if _, err := skipperv1.NewControllerClient(cc).GetState(ctx, &skipperv1.GetStateRequest{}, grpc.Peer(&p)); err != nil {
 			t.Fatalf("GetState over TLS: %v", err)
 		}
-		return peerSerial(t, &p) == l2.Serial.String()
+		if got := peerSerial(t, &p); got != l2.Serial.String() {
+			return fmt.Errorf("certificate serial %s, want %s", got, l2.Serial)
+		}
+		return nil
 	})
 	_, ma := httpGetBody(t, a.httpAddr, "/metrics")
 	for _, want := range []string{`skipper_controller_tls_reloads_total{result="ok"} 1`, `skipper_controller_tls_reloads_total{result="error"} 0`} {
@@ -117,6 +120,7 @@ func peerSerial(t *testing.T, p *peer.Peer) string {
 // A --tls-dir that cannot serve stops the replica at start with the
 // reason.
 func TestTLSStartErrors(t *testing.T) {
+	t.Parallel()
 	ca := tlstest.NewCA(t)
 	good := ca.Files(ca.Issue(t, testServerName))
 	noKey := ca.Files(ca.Issue(t, testServerName))

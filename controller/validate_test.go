@@ -13,6 +13,7 @@ import (
 )
 
 func TestValidateFunction(t *testing.T) {
+	t.Parallel()
 	d := func(v time.Duration) *metav1.Duration { return &metav1.Duration{Duration: v} }
 	// edge is a Function with every field at a bound the CRD allows.
 	edge := func(mod func(fn *v1alpha1.Function)) *v1alpha1.Function {
@@ -135,6 +136,7 @@ func TestValidateFunction(t *testing.T) {
 }
 
 func TestInvalidMessage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		err  error

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"skipper.dev/skipper/controller/scaling"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -35,6 +37,7 @@ func violated(v violations) map[string]int {
 }
 
 func TestCheckReport(t *testing.T) {
+	t.Parallel()
 	now := t0
 	hello := func(mod func(*skipperv1.FunctionReport)) *skipperv1.FunctionReport {
 		fr := &skipperv1.FunctionReport{Function: ref("default", "hello"), InFlight: 3, Queued: 1, RequestsTotal: 10, Generation: 7}
@@ -189,6 +192,7 @@ func TestCheckReport(t *testing.T) {
 }
 
 func TestCheckHello(t *testing.T) {
+	t.Parallel()
 	router := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "0123456789abcdef", Mode: "daemonset"}
 	sub := func(ns, name string, gen uint64) *skipperv1.Subscription {
 		return &skipperv1.Subscription{Function: ref(ns, name), Generation: gen}
@@ -263,6 +267,7 @@ func TestCheckHello(t *testing.T) {
 }
 
 func TestCheckUnaryRequests(t *testing.T) {
+	t.Parallel()
 	uids := func(n, size int) []string {
 		out := make([]string, n)
 		for i := range out {
@@ -312,6 +317,7 @@ func TestCheckUnaryRequests(t *testing.T) {
 }
 
 func TestCheckAck(t *testing.T) {
+	t.Parallel()
 	if key, gen, v, ok := checkAck(&skipperv1.Ack{Function: ref("default", "a"), Generation: 9}); !ok || key != "default/a" || gen != 9 || v != nil {
 		t.Errorf("valid ack: %q %d %v %v", key, gen, v, ok)
 	}
@@ -326,6 +332,7 @@ func TestCheckAck(t *testing.T) {
 // stays bounded: acks only for subscribed functions, at most
 // maxSubscriptions subscriptions.
 func TestRouterStreamLogsEachFieldOnceAndStaysBounded(t *testing.T) {
+	t.Parallel()
 	h := newHub()
 	rs := mustRegister(t, h, &skipperv1.RouterIdentity{Pod: "r", Incarnation: "1"})
 	var v violations
@@ -410,6 +417,7 @@ func sendReport(t *testing.T, s skipperv1.Controller_ConnectClient, r *skipperv1
 // future timestamp was not applied (a later incarnation of the same router
 // is still heard and scales the function).
 func TestHugeReportChangesNoScaleDecision(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
 	fn.Spec.MaxInstances = 5
@@ -428,15 +436,16 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 		Function: ref("default", "hello"), InFlight: math.MaxUint32, Queued: math.MaxUint32, RequestsTotal: math.MaxUint64,
 		Instances: []*skipperv1.InstanceReport{{PodUid: "uid-p1", InFlight: math.MaxUint32, CpuMillicores: proto.Uint64(math.MaxUint64)}},
 	}}})
-	eventually(t, "violations counted", func() bool {
-		_, body := httpGetBody(t, r.httpAddr, "/metrics")
-		return strings.Contains(body, `skipper_controller_wire_violations_total{field="in_flight"} 1`) &&
-			strings.Contains(body, `skipper_controller_wire_violations_total{field="queued"} 1`) &&
-			strings.Contains(body, `skipper_controller_wire_violations_total{field="counters"} 1`) &&
-			strings.Contains(body, `skipper_controller_wire_violations_total{field="sent"} 1`) &&
-			strings.Contains(body, `skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
+	poll.Until(t, pollTimeout, pollInterval, "violations counted", func(context.Context) error {
+		return metricLines(t, r,
+			`skipper_controller_wire_violations_total{field="in_flight"} 1`,
+			`skipper_controller_wire_violations_total{field="queued"} 1`,
+			`skipper_controller_wire_violations_total{field="counters"} 1`,
+			`skipper_controller_wire_violations_total{field="sent"} 1`,
+			`skipper_controller_heartbeat_batches_total{node="node-1"} 1`)
 	})
-	time.Sleep(10 * 20 * time.Millisecond) // ten scale intervals
+	// No claim follows (in ten scale intervals, on fake time:
+	// TestReportOutOfBoundsChangesNothing).
 	if got := e.claimedPods(); len(got) != 0 {
 		t.Fatalf("a report out of bounds claimed %v", got)
 	}
@@ -455,23 +464,32 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 	sendReport(t, s1, &skipperv1.Report{Sequence: 2, Time: future, Functions: []*skipperv1.FunctionReport{{
 		Function: ref("default", "hello"), InFlight: 1,
 	}}})
-	eventuallyFor(t, 5*time.Second, "one instance for one in flight", func() bool { return len(e.claimedPods()) == 1 })
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "one instance for one in flight", func(context.Context) error {
+		if n := len(e.claimedPods()); n != 1 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
+	})
 
 	// The router restarts (same pod, new incarnation, an honest clock):
 	// had the year-ahead timestamp been applied, this would look older
 	// than the last report and be ignored.
 	s2 := openStream(t, r, &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i2"})
 	seq := uint64(0)
-	eventuallyFor(t, 5*time.Second, "the new incarnation's load scales the function", func() bool {
+	poll.Until(t, pollTimeout, 20*time.Millisecond, "the new incarnation's load scales the function", func(context.Context) error {
 		seq++
 		sendReport(t, s2, &skipperv1.Report{Sequence: seq, Time: timestamppb.Now(), Functions: []*skipperv1.FunctionReport{{
 			Function: ref("default", "hello"), InFlight: 2,
 		}}})
-		return len(e.claimedPods()) >= 2
+		if n := len(e.claimedPods()); n < 2 {
+			return fmt.Errorf("%d claimed", n)
+		}
+		return nil
 	})
 }
 
 func TestGetInstanceRejectsOversizedFields(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, nil)
@@ -495,6 +513,7 @@ func TestGetInstanceRejectsOversizedFields(t *testing.T) {
 // TestServerLimitsMessageSize: a message above --grpc-max-recv-msg-size is
 // refused with ResourceExhausted before any handler runs.
 func TestServerLimitsMessageSize(t *testing.T) {
+	t.Parallel()
 	e := newTestEnv(t)
 	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"), poolPod("p1", "echo"))
 	r := startReplica(t, e, "ctl-0", nil, func(c *Config) { c.GRPCMaxRecvMsgSize = minRecvMsgSize })

@@ -79,7 +79,7 @@ func TestDrain(t *testing.T) {
 		got <- resp.StatusCode
 	}()
 	fake.waitFor(t, "the cold call", func(f *fakeController) bool { return len(f.calls) == 1 })
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // sleep: behaviour for now (the request in flight; it synchronises: to become a condition, issue 32)
 	cancel()
 	// During the drain delay the router fails readiness but still serves.
 	for i := 0; ; i++ {
@@ -94,7 +94,7 @@ func TestDrain(t *testing.T) {
 		if i == 50 {
 			t.Fatal("/readyz never failed after cancel")
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // sleep: poll
 	}
 	if s := <-got; s != 200 {
 		t.Errorf("in-flight request during drain: %d, want 200", s)

@@ -71,7 +71,7 @@ func TestWatchCallers(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("a deleted pod is still indexed")
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // sleep: poll
 	}
 	cancel()
 	if err := <-done; err != nil {

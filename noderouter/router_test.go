@@ -408,7 +408,7 @@ func TestConcurrentMissesShareOneCall(t *testing.T) {
 		wg.Go(func() { codes <- h.call(t, "default/echo").status })
 	}
 	fake.waitFor(t, "the first GetInstance", func(f *fakeController) bool { return len(f.calls) > 0 })
-	time.Sleep(50 * time.Millisecond) // let the others join the call
+	time.Sleep(50 * time.Millisecond) // let the others join the call; sleep: behaviour for now (it synchronises: to become a condition, issue 32)
 	close(release)
 	wg.Wait()
 	close(codes)

@@ -283,7 +283,7 @@ func testBPFSteersVIPToLocalAddress(t *testing.T, skMsg bool) {
 	t.Cleanup(stop)
 
 	// Outlive several max-ages: the heartbeat loop keeps steering on.
-	time.Sleep(2 * cfg.BPFMaxAge)
+	time.Sleep(2 * cfg.BPFMaxAge) // sleep: behaviour (outlive max-ages on the kernel's clock)
 	r := call(t, n, cgroup, testVIP)
 	if r.Status != http.StatusBadRequest {
 		t.Fatalf("call to the VIP = %+v, want 400 from the router's local listener", r)

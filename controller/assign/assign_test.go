@@ -13,6 +13,7 @@ import (
 )
 
 func TestSignVerify(t *testing.T) {
+	t.Parallel()
 	pub, priv, err := ed25519.GenerateKey(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +69,7 @@ func testRequest() Request {
 // written (config order, callers order, absent or empty, the token, a
 // JSON round trip); a change to any field changes the digest.
 func TestRequestDigest(t *testing.T) {
+	t.Parallel()
 	base := RequestDigest(testRequest())
 	tests := []struct {
 		name   string
@@ -134,6 +136,7 @@ func TestRequestDigest(t *testing.T) {
 }
 
 func TestVerifyRequest(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	nextPub, nextPriv, _ := ed25519.GenerateKey(nil)
 	now := time.Unix(1_800_000_000, 0)
@@ -219,6 +222,7 @@ func TestVerifyRequest(t *testing.T) {
 // is bounded, forgets expired ids when full, and refuses rather than
 // forget one that is not.
 func TestUsed(t *testing.T) {
+	t.Parallel()
 	now := time.Unix(1_800_000_000, 0)
 	claims := func(id string, life time.Duration) Claims {
 		return Claims{ID: id, Expiry: now.Add(life).Unix()}
@@ -255,6 +259,7 @@ func TestUsed(t *testing.T) {
 }
 
 func TestKeyPEMRoundTrip(t *testing.T) {
+	t.Parallel()
 	pub, priv, _ := ed25519.GenerateKey(nil)
 	next, _, _ := ed25519.GenerateKey(nil)
 	pubPEM, err := MarshalPublicKey(pub)
@@ -305,6 +310,7 @@ func TestKeyPEMRoundTrip(t *testing.T) {
 // TestRequestDigestCoversEveryField: a field added to Request changes the
 // digest (or the token would not bind it), Token alone excepted.
 func TestRequestDigestCoversEveryField(t *testing.T) {
+	t.Parallel()
 	zero := RequestDigest(Request{})
 	typ := reflect.TypeFor[Request]()
 	for i := range typ.NumField() {

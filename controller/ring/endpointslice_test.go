@@ -10,6 +10,7 @@ import (
 func ptr[T any](v T) *T { return &v }
 
 func TestMembersFromEndpointSlices(t *testing.T) {
+	t.Parallel()
 	port := func(name string, p int32) discoveryv1.EndpointPort {
 		return discoveryv1.EndpointPort{Name: &name, Port: &p}
 	}

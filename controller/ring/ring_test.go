@@ -8,6 +8,7 @@ import (
 )
 
 func TestNewEmpty(t *testing.T) {
+	t.Parallel()
 	for _, ms := range [][]string{nil, {}, {""}} {
 		if _, err := New(ms); !errors.Is(err, ErrEmpty) {
 			t.Fatalf("New(%q) error = %v, want ErrEmpty", ms, err)
@@ -16,6 +17,7 @@ func TestNewEmpty(t *testing.T) {
 }
 
 func TestOrderAndDuplicatesDoNotMatter(t *testing.T) {
+	t.Parallel()
 	a, _ := New([]string{"10.0.0.1:9090", "10.0.0.2:9090", "10.0.0.3:9090"})
 	b, _ := New([]string{"10.0.0.3:9090", "10.0.0.1:9090", "10.0.0.2:9090", "10.0.0.1:9090"})
 	if a.Epoch() != b.Epoch() {
@@ -42,6 +44,7 @@ func members(n int) []string {
 }
 
 func TestDistribution(t *testing.T) {
+	t.Parallel()
 	const keys = 100_000
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
@@ -67,6 +70,7 @@ func TestDistribution(t *testing.T) {
 }
 
 func TestMovementOnMemberChange(t *testing.T) {
+	t.Parallel()
 	const keys = 100_000
 	for _, n := range []int{3, 10} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {

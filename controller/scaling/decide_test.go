@@ -74,6 +74,7 @@ func summarize(d Decision) summary {
 }
 
 func TestDecide(t *testing.T) {
+	t.Parallel()
 	base := Policy{MaxInstances: 10, TargetInFlight: 10, IdleTimeout: time.Minute}
 	withCPU := base
 	withCPU.TargetCPUMilli = 100
@@ -406,6 +407,7 @@ func TestDecide(t *testing.T) {
 // returned History back, through a burst, a quiet spell held by the
 // stabilization window, its release, and the idle scale to zero.
 func TestDecideSequence(t *testing.T) {
+	t.Parallel()
 	p := Policy{MaxInstances: 10, TargetInFlight: 10, IdleTimeout: 10 * time.Minute, StabilizationWindow: time.Minute}
 	type tick struct {
 		at       time.Duration

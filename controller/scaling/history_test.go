@@ -9,6 +9,7 @@ import (
 )
 
 func TestHistory(t *testing.T) {
+	t.Parallel()
 	const w = 100 * time.Second
 	type step struct {
 		at          time.Duration // after t0
@@ -73,6 +74,7 @@ func TestHistory(t *testing.T) {
 // in the window (it may hold longer, never release earlier) and is exact
 // while fewer than historySize descending steps share a window.
 func TestHistoryBounded(t *testing.T) {
+	t.Parallel()
 	const w = 60 * time.Second
 	rng := rand.New(rand.NewPCG(1, 2))
 	for run := range 200 {

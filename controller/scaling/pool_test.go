@@ -6,6 +6,7 @@ import (
 )
 
 func TestDecidePool(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 4, 0, 0, 0, time.UTC)
 	ago := func(ds ...time.Duration) []time.Time {
 		var ts []time.Time

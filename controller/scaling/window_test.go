@@ -40,6 +40,7 @@ func (e event) report() Report {
 }
 
 func TestWindow(t *testing.T) {
+	t.Parallel()
 	type result struct {
 		Accepted   []bool
 		Deltas     []uint64
@@ -160,6 +161,7 @@ func TestWindow(t *testing.T) {
 }
 
 func TestWindowFill(t *testing.T) {
+	t.Parallel()
 	w := NewWindow(t0)
 	w.Observe(t0, Report{Router: rA, Sequence: 1, Sent: t0, Instances: []InstanceReport{
 		{PodUID: "u1", InFlight: 2, CPUMilli: 150, HasCPU: true, MemoryBytes: 64 << 20, HasMemory: true}, // u1 runs on a's node
@@ -190,6 +192,7 @@ func TestWindowFill(t *testing.T) {
 }
 
 func TestWindowPruneAndWarmUp(t *testing.T) {
+	t.Parallel()
 	w := NewWindow(t0)
 	if w.WarmedUp(t0.Add(2*time.Second), hbTimeout) {
 		t.Error("WarmedUp before one heartbeat window")
@@ -223,6 +226,7 @@ func TestWindowPruneAndWarmUp(t *testing.T) {
 }
 
 func TestWindowReported(t *testing.T) {
+	t.Parallel()
 	w := NewWindow(t0)
 	w.Observe(t0, Report{Router: rA, Sequence: 1, Sent: t0, Instances: []InstanceReport{{PodUID: "u2"}, {PodUID: "u1"}}})
 	w.Observe(t0.Add(time.Second), Report{Router: rB, Sequence: 1, Sent: t0, Instances: []InstanceReport{{PodUID: "u1"}, {PodUID: "u3"}}})

@@ -95,6 +95,7 @@ func testKeys(t *testing.T) (*KeySet, signer, signer) {
 }
 
 func TestKeySetVerify(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	k, rs, es := testKeys(t)
 	for _, s := range []signer{rs, es} {
@@ -130,6 +131,7 @@ func TestKeySetVerify(t *testing.T) {
 }
 
 func TestKeySetLoad(t *testing.T) {
+	t.Parallel()
 	var k KeySet
 	for _, tc := range []struct{ cfg, jwks string }{
 		{`{}`, `{"keys":[]}`},
@@ -155,6 +157,7 @@ func TestKeySetLoad(t *testing.T) {
 // reviewed is verified against the keys when TokenReview cannot be asked,
 // and reviewed once the API server is back (after downFor).
 func TestAuthenticateVerifiesLocallyWhileTheAPIServerIsAway(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	k, rs, _ := testKeys(t)
 	tok := rs.token(t, routerClaims(now))

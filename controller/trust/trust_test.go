@@ -71,6 +71,7 @@ func routerUser(pod, node string) authenticationv1.UserInfo {
 }
 
 func TestAuthenticateCachesUntilExpiry(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	tok := jwt(now.Add(10*time.Minute), "router")
 	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{tok: routerUser("r1", "node1")}}
@@ -120,6 +121,7 @@ func TestAuthenticateCachesUntilExpiry(t *testing.T) {
 // answered from the cache at once and reviewed again in the background,
 // once at a time; the new review extends it, a refusal ends it.
 func TestAuthenticateRefreshesInBackground(t *testing.T) {
+	t.Parallel()
 	t0 := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	now := t0
 	tok := jwt(t0.Add(time.Hour), "router")
@@ -202,6 +204,7 @@ func TestAuthenticateRefreshesInBackground(t *testing.T) {
 }
 
 func TestAuthenticateRefusals(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	forged := jwt(now.Add(time.Hour), "forged")
 	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{}}
@@ -258,6 +261,7 @@ func TestAuthenticateRefusals(t *testing.T) {
 // lets a cached review or the keys decide; its refusing the controller
 // (RBAC) does not, and a caller's own deadline never decides the path.
 func TestAuthenticateAPIErrors(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		err  error
 		down bool
@@ -298,6 +302,7 @@ func (r ctxReviewer) Review(ctx context.Context, _ string) (authenticationv1.Tok
 }
 
 func TestAuthenticateBounded(t *testing.T) {
+	t.Parallel()
 	now := time.Date(2026, 12, 2, 5, 0, 0, 0, time.UTC)
 	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{}}
 	tok := func(i int) string { return jwt(now.Add(time.Hour), fmt.Sprint("t", i)) }
@@ -325,6 +330,7 @@ func TestAuthenticateBounded(t *testing.T) {
 }
 
 func TestTokenExpiry(t *testing.T) {
+	t.Parallel()
 	exp := time.Unix(1_800_000_000, 0)
 	if got, ok := tokenExpiry(jwt(exp, "x")); !ok || !got.Equal(exp) {
 		t.Errorf("tokenExpiry = %s, %v", got, ok)
@@ -341,6 +347,7 @@ func TestTokenExpiry(t *testing.T) {
 // health service, called with no token, a bad one, a good one, and the
 // health service exempt.
 func TestInterceptors(t *testing.T) {
+	t.Parallel()
 	good := jwt(time.Now().Add(time.Hour), "router")
 	f := &fakeReviewer{users: map[string]authenticationv1.UserInfo{good: routerUser("r1", "node1")}}
 	a := NewAuthenticator(f, 0)
@@ -400,6 +407,7 @@ func TestInterceptors(t *testing.T) {
 }
 
 func TestBearerToken(t *testing.T) {
+	t.Parallel()
 	in := func(kv ...string) context.Context {
 		return metadata.NewIncomingContext(t.Context(), metadata.Pairs(kv...))
 	}
@@ -415,6 +423,7 @@ func TestBearerToken(t *testing.T) {
 }
 
 func TestSidecarAccess(t *testing.T) {
+	t.Parallel()
 	cs := fake.NewClientset()
 	var asked atomic.Int64
 	var down atomic.Bool

@@ -2,8 +2,10 @@ package cgroup
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -12,6 +14,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"skipper.dev/skipper/internal/poll"
 )
 
 // childEnv makes the test binary a cgroup tenant: it waits for a line on
@@ -111,30 +115,24 @@ func TestReaderRealCgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var first Usage
+	var first, u Usage
 	start := time.Now()
-	deadline := start.Add(20 * time.Second)
-	for {
-		u, err := r.Read(uid, time.Now())
-		if err != nil {
+	poll.Until(t, 20*time.Second, 50*time.Millisecond, "CPU and memory charged to the pod", func(context.Context) error {
+		if u, err = r.Read(uid, time.Now()); err != nil {
 			t.Fatalf("read the pod: %v", err)
 		}
 		if first == (Usage{}) {
 			first = u
 		}
-		memOK := !u.HasMemory || u.Memory >= 16<<20
-		if u.HasCPU && u.CPU-first.CPU >= 200*time.Millisecond && memOK {
-			mc, ok := Millicores(first.CPU, u.CPU, time.Since(start))
-			t.Logf("cpu %s (%d millicores since the first sample), memory working set %d bytes", u.CPU, mc, u.Memory)
-			if !ok || mc == 0 || mc > 1000*uint64(runtime.NumCPU()) {
-				t.Errorf("millicores = %d, %v for one busy process", mc, ok)
-			}
-			return
+		if !u.HasCPU || u.CPU-first.CPU < 200*time.Millisecond || u.HasMemory && u.Memory < 16<<20 {
+			return fmt.Errorf("last sample %+v (first %+v)", u, first)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up: last sample %+v (first %+v)", u, first)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return nil
+	})
+	mc, ok := Millicores(first.CPU, u.CPU, time.Since(start))
+	t.Logf("cpu %s (%d millicores since the first sample), memory working set %d bytes", u.CPU, mc, u.Memory)
+	if !ok || mc == 0 || mc > 1000*uint64(runtime.NumCPU()) {
+		t.Errorf("millicores = %d, %v for one busy process", mc, ok)
 	}
 }
 
@@ -150,15 +148,11 @@ func removeTree(t *testing.T, top string) {
 		return nil
 	})
 	for i := len(dirs) - 1; i >= 0; i-- {
-		var err error
-		for range 100 {
-			if err = os.Remove(dirs[i]); err == nil || os.IsNotExist(err) {
-				break
+		poll.Until(t, 2*time.Second, 20*time.Millisecond, "remove test cgroup "+dirs[i], func(context.Context) error {
+			if err := os.Remove(dirs[i]); err != nil && !os.IsNotExist(err) {
+				return err
 			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if err != nil && !os.IsNotExist(err) {
-			t.Errorf("remove test cgroup %s: %v", dirs[i], err)
-		}
+			return nil
+		})
 	}
 }

@@ -5,6 +5,7 @@ package localaddr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -18,6 +19,7 @@ import (
 	"github.com/vishvananda/netns"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -200,14 +202,10 @@ func TestRunRestores(t *testing.T) {
 	if err := (&Manager{Addr: addr, Handle: h}).Remove(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		if _, labels := state(t, h, addr); len(labels) == 1 {
-			return
+	poll.Until(t, 5*time.Second, 10*time.Millisecond, "the address restored", func(context.Context) error {
+		if _, labels := state(t, h, addr); len(labels) != 1 {
+			return fmt.Errorf("labels %v", labels)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("address not restored within 5s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }

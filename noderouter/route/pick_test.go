@@ -3,6 +3,7 @@ package route
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // assignment returns an assignment of instances "1".."n" with the given
@@ -115,13 +117,12 @@ func entryWith(t *testing.T, limit uint32, n int) (*Cache, *Entry) {
 // waitQueued polls until n requests are queued on e.
 func waitQueued(t *testing.T, e *Entry, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Queued() != n {
-		if time.Now().After(deadline) {
-			t.Fatalf("queued = %d, want %d", e.Queued(), n)
+	poll.Until(t, 5*time.Second, time.Millisecond, fmt.Sprintf("%d queued", n), func(context.Context) error {
+		if q := e.Queued(); q != n {
+			return fmt.Errorf("%d queued", q)
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 type waited struct {

@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/linuxhost"
 )
 
@@ -188,7 +189,7 @@ func TestClusterUpDown(t *testing.T) {
 		checkClean(t, cfg)
 	})
 
-	waitFor(t, 4*time.Minute, "skipper: ready", func() (bool, string) {
+	poll.Until(t, 4*time.Minute, 250*time.Millisecond, "skipper: ready", func(context.Context) error {
 		select {
 		case err := <-upErr:
 			upErr <- nil
@@ -198,7 +199,10 @@ func TestClusterUpDown(t *testing.T) {
 			t.Fatalf("up returned early: %v", err)
 		default:
 		}
-		return strings.HasPrefix(stdout.String(), "skipper: ready"), stdout.String()
+		if out := stdout.String(); !strings.HasPrefix(out, "skipper: ready") {
+			return fmt.Errorf("stdout %q", out)
+		}
+		return nil
 	})
 	t.Logf("ready after %s: %s", time.Since(begin).Round(100*time.Millisecond), strings.TrimSpace(stdout.String()))
 	if strings.Count(stdout.String(), "\n") != 1 {
@@ -230,27 +234,29 @@ func TestClusterUpDown(t *testing.T) {
 
 	// The kubelet's Lease: created once the node is registered, then
 	// renewed every 10 s.
-	waitFor(t, 30*time.Second, "node1's Lease renewed", func() (bool, string) {
+	poll.Until(t, 30*time.Second, 250*time.Millisecond, "node1's Lease renewed", func(context.Context) error {
 		lease, err := cs.CoordinationV1().Leases("kube-node-lease").Get(ctx, "node1", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
-		age := time.Since(lease.Spec.RenewTime.Time)
-		return age < 30*time.Second, fmt.Sprintf("renewed %s ago", age)
+		if age := time.Since(lease.Spec.RenewTime.Time); age >= 30*time.Second {
+			return fmt.Errorf("renewed %s ago", age)
+		}
+		return nil
 	})
 
 	// The pods wait for their ConfigMap, as under a kubelet.
-	waitFor(t, time.Minute, "web pods waiting for web-config", func() (bool, string) {
+	poll.Until(t, time.Minute, 250*time.Millisecond, "web pods waiting for web-config", func(context.Context) error {
 		pods, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil || len(pods.Items) != 2 {
-			return false, fmt.Sprint(len(pods.Items), err)
+			return fmt.Errorf("%d pods (%v)", len(pods.Items), err)
 		}
 		for _, p := range pods.Items {
 			if len(p.Status.ContainerStatuses) == 0 || p.Status.ContainerStatuses[0].State.Waiting == nil {
-				return false, p.Name + " not waiting"
+				return errors.New(p.Name + " not waiting")
 			}
 		}
-		return true, ""
+		return nil
 	})
 	_, err = cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: "web-config"}, Data: map[string]string{"greeting": "hello"}}, metav1.CreateOptions{})
@@ -258,10 +264,10 @@ func TestClusterUpDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pods []corev1.Pod
-	waitFor(t, time.Minute, "web pods Running and Ready", func() (bool, string) {
+	poll.Until(t, time.Minute, 250*time.Millisecond, "web pods Running and Ready", func(context.Context) error {
 		list, err := cs.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app=web"})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		pods = list.Items
 		ready := 0
@@ -270,7 +276,10 @@ func TestClusterUpDown(t *testing.T) {
 				ready++
 			}
 		}
-		return ready == 2 && len(pods) == 2, podSummary(ctx, cs)
+		if ready != 2 || len(pods) != 2 {
+			return errors.New(podSummary(ctx, cs))
+		}
+		return nil
 	})
 	t.Logf("pods ready after %s:\n%s", time.Since(begin).Round(100*time.Millisecond), podSummary(ctx, cs))
 	if pods[0].Status.PodIP == pods[1].Status.PodIP {
@@ -321,24 +330,29 @@ func TestClusterUpDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[string]bool{}
-	waitFor(t, 30*time.Second, "both web pods through ClusterIP "+svc.Spec.ClusterIP+" from pod "+pods[0].Name, func() (bool, string) {
+	poll.Until(t, 30*time.Second, 250*time.Millisecond, "both web pods through ClusterIP "+svc.Spec.ClusterIP+" from pod "+pods[0].Name, func(context.Context) error {
 		out, err := exec.Command("nsenter", fmt.Sprintf("--net=/proc/%d/ns/net", callerPid), "curl", "-sS", "--max-time", "2",
 			"http://"+svc.Spec.ClusterIP+"/env?k=POD_IP").CombinedOutput()
 		if err != nil {
-			return false, fmt.Sprintf("%v: %s", err, out)
+			return fmt.Errorf("%v: %s", err, out)
 		}
 		seen[strings.TrimSpace(string(out))] = true
-		return seen[pods[0].Status.PodIP] && seen[pods[1].Status.PodIP], fmt.Sprintf("answered by %v", seen)
+		if !seen[pods[0].Status.PodIP] || !seen[pods[1].Status.PodIP] {
+			return fmt.Errorf("answered by %v", seen)
+		}
+		return nil
 	})
 
-	waitFor(t, 30*time.Second, "the pod of an image the registry lacks failing its pull", func() (bool, string) {
+	poll.Until(t, 30*time.Second, 250*time.Millisecond, "the pod of an image the registry lacks failing its pull", func(context.Context) error {
 		absent, err := cs.CoreV1().Pods("default").Get(ctx, "absent", metav1.GetOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		s := absent.Status.ContainerStatuses
-		return len(s) == 1 && s[0].State.Waiting != nil && (s[0].State.Waiting.Reason == "ErrImagePull" || s[0].State.Waiting.Reason == "ImagePullBackOff"),
-			fmt.Sprintf("%+v", absent.Status)
+		if len(s) != 1 || s[0].State.Waiting == nil || s[0].State.Waiting.Reason != "ErrImagePull" && s[0].State.Waiting.Reason != "ImagePullBackOff" {
+			return fmt.Errorf("%+v", absent.Status)
+		}
+		return nil
 	})
 
 	// Deleting a pod stops it and removes it for good; the ReplicaSet replaces it.
@@ -350,9 +364,11 @@ func TestClusterUpDown(t *testing.T) {
 	if err := cs.CoreV1().Pods("default").Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "deleted pod gone", func() (bool, string) {
-		_, err := cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), fmt.Sprint(err)
+	poll.Until(t, 30*time.Second, 250*time.Millisecond, "deleted pod gone", func(context.Context) error {
+		if _, err := cs.CoreV1().Pods("default").Get(ctx, victim.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("get: %v", err)
+		}
+		return nil
 	})
 	if _, err := (&http.Client{Timeout: time.Second}).Get("http://" + victim.Status.PodIP + ":8080/healthz"); err == nil {
 		t.Errorf("deleted pod %s still answers on %s", victim.Name, victim.Status.PodIP)
@@ -379,13 +395,13 @@ func checkPodIsolated(t *testing.T, cfg *Config, n int, p *corev1.Pod, want bool
 	}
 	podRel := path.Join("/", cfg.CgroupName, NodeName(n), PodCgroup(p.Status.QOSClass, p.UID))
 	if !want {
-		waitFor(t, 30*time.Second, "deleted pod "+p.Name+"'s cgroups removed", func() (bool, string) {
+		poll.Until(t, 30*time.Second, 250*time.Millisecond, "deleted pod "+p.Name+"'s cgroups removed", func(context.Context) error {
 			for _, d := range linuxhost.Dirs(hs, podRel) {
 				if _, err := os.Stat(d); err == nil {
-					return false, d + " left"
+					return errors.New(d + " left")
 				}
 			}
-			return true, ""
+			return nil
 		})
 		return
 	}
@@ -444,21 +460,6 @@ func httpGet(t *testing.T, url string) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return strings.TrimSpace(string(b))
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, check func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, status := check()
-		if ok {
-			return
-		}
-		last = status
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("%s: not after %s; last: %s", what, timeout, last)
 }
 
 // checkProcessCgroups checks that every process of the cluster runs in its

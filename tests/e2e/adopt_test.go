@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // createPool creates pool Deployment default/<name>, a copy of the echo
@@ -88,7 +89,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 	createFunction(t, f, map[string]any{"pool": pool, "maxInstances": int64(1), "idleTimeout": "5m"})
 	createFunction(t, g, map[string]any{"pool": pool, "maxInstances": int64(1), "idleTimeout": "5m"})
 	var owner string
-	eventually(t, 60*time.Second, "f owned and its pool's pod ready", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "f owned and its pool's pod ready", func(ctx context.Context) error {
 		if owner, _ = functionStatus(t, f)["owner"].(string); owner == "" {
 			return fmt.Errorf("no owner of %s yet", f)
 		}
@@ -127,14 +128,14 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 
 	// g's claim meets the unrecorded pod first: the pool has no other.
 	var second echoed
-	eventually(t, 150*time.Second, "g's first call", func(context.Context) error {
+	poll.Until(t, 150*time.Second, pollInterval, "g's first call", func(context.Context) error {
 		second, err = callEcho(client, "default/"+g)
 		return err
 	})
 	if second.Pod.UID == first.Pod.UID {
 		t.Fatalf("%s answered %s too: one pod serves two functions", first.Pod.Name, g)
 	}
-	eventually(t, 30*time.Second, "the killed owner's claim recorded", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "the killed owner's claim recorded", func(ctx context.Context) error {
 		p, err := env.kube.CoreV1().Pods("default").Get(ctx, first.Pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -169,7 +170,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 	// The pool refilled (the kube-controller-manager is past its own
 	// reconnect after the outage), and the killed replica is back, before
 	// later tests.
-	eventually(t, 120*time.Second, "pool "+pool+" refilled", func(ctx context.Context) error {
+	poll.Until(t, 120*time.Second, pollInterval, "pool "+pool+" refilled", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=" + pool + ",!" + v1alpha1.LabelFunction})
 		if err != nil {
 			return err
@@ -181,7 +182,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 		}
 		return fmt.Errorf("no warm pod in pool %s", pool)
 	})
-	eventually(t, 60*time.Second, "every controller ready again", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "every controller ready again", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("skipper-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=skipper-controller"})
 		if err != nil {
 			return err

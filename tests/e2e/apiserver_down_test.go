@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/cluster"
 )
 
@@ -111,7 +112,7 @@ func waitRecovered(t *testing.T) {
 		"spec":     map[string]any{"pool": "echo", "maxInstances": int64(1)},
 	}}
 	began := time.Now()
-	eventually(t, 2*time.Minute, "a Function created after the outage callable", func(ctx context.Context) error {
+	poll.Until(t, 2*time.Minute, pollInterval, "a Function created after the outage callable", func(ctx context.Context) error {
 		if _, err := fns.Get(ctx, name, metav1.GetOptions{}); err != nil {
 			if _, err := fns.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 				return fmt.Errorf("create Function %s: %w", name, err)
@@ -138,7 +139,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	created := time.Now()
 	// The owner has cached the Function (it writes its status), and the
 	// pool has a warm pod to give.
-	eventually(t, 20*time.Second, "the Function owned and a warm pool pod ready", func(ctx context.Context) error {
+	poll.Until(t, 20*time.Second, pollInterval, "the Function owned and a warm pool pod ready", func(ctx context.Context) error {
 		if owner, _ := functionStatus(t, name)["owner"].(string); owner == "" {
 			return errors.New("no owner in status yet")
 		}
@@ -179,7 +180,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	}
 	start()
 
-	eventually(t, 30*time.Second, "the claim recorded on the pod", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "the claim recorded on the pod", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + name})
 		if err != nil {
 			return err
@@ -195,7 +196,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 		return fmt.Errorf("pod %s not labelled for %s yet", uid, name)
 	})
 	t.Logf("recorded %s after the stop", time.Since(stopped).Round(time.Millisecond))
-	eventually(t, 15*time.Second, "no claim left unrecorded", func(context.Context) error {
+	poll.Until(t, 15*time.Second, pollInterval, "no claim left unrecorded", func(context.Context) error {
 		if n := unrecorded(t, ctls); n != 0 {
 			return fmt.Errorf("%v unrecorded", n)
 		}
@@ -205,7 +206,7 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	// The kube-controller-manager's ReplicaSet controller makes the
 	// replacement once its own watches are back (seconds; longer right
 	// after another outage, when client-go backs off).
-	eventually(t, 120*time.Second, "the pool refilled", func(ctx context.Context) error {
+	poll.Until(t, 120*time.Second, pollInterval, "the pool refilled", func(ctx context.Context) error {
 		n, err := unclaimedReady(ctx)
 		if err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/attach"
 	"skipper.dev/skipper/tests/linuxhost"
 )
@@ -33,7 +34,7 @@ func TestBPFSteersVIPToOwnNodeRouter(t *testing.T) {
 	}
 	vip := svc.Spec.ClusterIP
 	for n := 1; n <= 2; n++ {
-		eventually(t, time.Minute, fmt.Sprintf("node%d's router steers with BPF", n), func(context.Context) error {
+		poll.Until(t, time.Minute, pollInterval, fmt.Sprintf("node%d's router steers with BPF", n), func(context.Context) error {
 			if v := metricSum(t, routerMetricsURL(n), "skipper_noderouter_bpf_mode", map[string]string{"mode": "connect"}); v != 1 {
 				return fmt.Errorf("bpf_mode{mode=connect} = %v", v)
 			}
@@ -62,7 +63,7 @@ func TestBPFSteersVIPToOwnNodeRouter(t *testing.T) {
 	}
 	// A router counts a request once it has answered it: the last count
 	// may come just after curl has the answer.
-	eventually(t, 5*time.Second, "node2's router counts the calls", func(context.Context) error {
+	poll.Until(t, 5*time.Second, pollInterval, "node2's router counts the calls", func(context.Context) error {
 		if got := counterSum(t, routerMetricsURL(2), "skipper_noderouter_requests_total", echo) - served2; got != calls {
 			return fmt.Errorf("node2's router served %v calls, want %d", got, calls)
 		}
@@ -121,7 +122,7 @@ func TestBPFFailsOpenWhenRouterStops(t *testing.T) {
 		t.Fatal(err)
 	}
 	vip := svc.Spec.ClusterIP
-	eventually(t, time.Minute, "node2's router steers with BPF", func(context.Context) error {
+	poll.Until(t, time.Minute, pollInterval, "node2's router steers with BPF", func(context.Context) error {
 		if v := metricSum(t, routerMetricsURL(2), "skipper_noderouter_bpf_mode", map[string]string{"mode": "connect"}); v != 1 {
 			return fmt.Errorf("bpf_mode{mode=connect} = %v", v)
 		}
@@ -151,7 +152,7 @@ func TestBPFFailsOpenWhenRouterStops(t *testing.T) {
 	// then they fail open to the Service, whose node-2 endpoint turns
 	// unready once the probe notices.
 	var out string
-	eventually(t, 90*time.Second, "a VIP call from node 2 succeeds with its router stopped", func(ctx context.Context) error {
+	poll.Until(t, 90*time.Second, pollInterval, "a VIP call from node 2 succeeds with its router stopped", func(ctx context.Context) error {
 		out, err = callVIPFromNode2(ctx, t, vip, 3*time.Second)
 		if err != nil {
 			return fmt.Errorf("%v: %s", err, out)
@@ -166,7 +167,7 @@ func TestBPFFailsOpenWhenRouterStops(t *testing.T) {
 		t.Errorf("node1's router served %v calls while node2's was stopped, want ≥ 1", got)
 	}
 	resume()
-	eventually(t, time.Minute, "node2's router counts the fail-open", func(context.Context) error {
+	poll.Until(t, time.Minute, pollInterval, "node2's router counts the fail-open", func(context.Context) error {
 		v, err := attach.MetricSum(routerMetricsURL(2), "skipper_noderouter_bpf_fail_opens_total", nil)
 		if err != nil {
 			return err

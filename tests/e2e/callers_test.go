@@ -17,6 +17,7 @@ import (
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // callerAnswer is a router's JSON error body.
@@ -78,13 +79,13 @@ func TestCallersRefused(t *testing.T) {
 	// client-go's backoff), so that too is waited out, within 30 s.
 	var code int
 	var body string
-	eventually(t, 5*time.Second, "the owner knows the Function", func(context.Context) error {
+	poll.Until(t, 5*time.Second, pollInterval, "the owner knows the Function", func(context.Context) error {
 		if code, body = callFrom(other, fn); code == http.StatusNotFound {
 			return fmt.Errorf("%d %s", code, body)
 		}
 		return nil
 	})
-	eventually(t, 30*time.Second, "the router knows the caller pod", func(context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "the router knows the caller pod", func(context.Context) error {
 		if strings.Contains(body, `"caller_unknown"`) {
 			code, body = callFrom(other, fn)
 			return fmt.Errorf("%d %s", code, body)
@@ -193,7 +194,7 @@ func TestCallersRefused(t *testing.T) {
 	if _, err := fns.Patch(ctx, fn, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the other pod served once the callers list it", func(context.Context) error {
+	poll.Until(t, 10*time.Second, pollInterval, "the other pod served once the callers list it", func(context.Context) error {
 		if code, body := callFrom(other, fn); code != http.StatusOK {
 			return fmt.Errorf("%d %s", code, body)
 		}

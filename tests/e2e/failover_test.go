@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // TestKillOwnerControllerMidLoad: kill -9 of the controller replica that
@@ -23,9 +26,11 @@ func TestKillOwnerControllerMidLoad(t *testing.T) {
 	ref := "default/" + fn
 	firstCall(t, ref)
 	var owner string
-	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
-		owner, _ = functionStatus(t, fn)["owner"].(string)
-		return owner != ""
+	poll.Until(t, 10*time.Second, 200*time.Millisecond, "an owner in the Function's status", func(context.Context) error {
+		if owner, _ = functionStatus(t, fn)["owner"].(string); owner == "" {
+			return errors.New("no owner")
+		}
+		return nil
 	})
 
 	// Two callers, a request in flight each: two instances.
@@ -40,7 +45,12 @@ func TestKillOwnerControllerMidLoad(t *testing.T) {
 		}
 	}
 	t.Cleanup(stopLoad)
-	waitFor(t, 30*time.Second, "two instances under load", func() bool { return instances(t, fn) >= 2 })
+	poll.Until(t, 30*time.Second, 200*time.Millisecond, "two instances under load", func(context.Context) error {
+		if n := instances(t, fn); n < 2 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 
 	pod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
 	if err != nil {
@@ -56,7 +66,12 @@ func TestKillOwnerControllerMidLoad(t *testing.T) {
 	// Twice the load: desired reaches maxInstances 3 once a supervisor runs.
 	more, moreFailures, waitMore := load(t, ref, "sleep=100ms", 2, stop)
 	t.Cleanup(func() { stopLoad(); waitMore() })
-	waitFor(t, 60*time.Second, "three instances after the owner was killed", func() bool { return instances(t, fn) >= 3 })
+	poll.Until(t, 60*time.Second, 200*time.Millisecond, "three instances after the owner was killed", func(context.Context) error {
+		if n := instances(t, fn); n < 3 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 	t.Logf("scaled to 3 instances %s after the kill", time.Since(killed).Round(100*time.Millisecond))
 	newOwner, _ := functionStatus(t, fn)["owner"].(string)
 	stopLoad()
@@ -67,8 +82,5 @@ func TestKillOwnerControllerMidLoad(t *testing.T) {
 	}
 	// The killed replica is back (restarted in place) before later tests
 	// read every controller's metrics.
-	waitFor(t, 60*time.Second, "every controller ready again", func() bool {
-		d, err := env.kube.AppsV1().Deployments("skipper-system").Get(context.Background(), "skipper-controller", metav1.GetOptions{})
-		return err == nil && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas
-	})
+	poll.Until(t, 60*time.Second, 200*time.Millisecond, "every controller ready again", controllersReady)
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -22,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -95,10 +97,17 @@ func conditionOf(t *testing.T, name, typ string) map[string]any {
 	return nil
 }
 
-// controllersReady reports whether every controller replica is Ready.
-func controllersReady() bool {
-	d, err := env.kube.AppsV1().Deployments("skipper-system").Get(context.Background(), "skipper-controller", metav1.GetOptions{})
-	return err == nil && d.Status.ReadyReplicas == *d.Spec.Replicas && d.Status.UpdatedReplicas == *d.Spec.Replicas
+// controllersReady says whether every controller replica is Ready and
+// updated, as a poll.Until condition.
+func controllersReady(ctx context.Context) error {
+	d, err := env.kube.AppsV1().Deployments("skipper-system").Get(ctx, "skipper-controller", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if d.Status.ReadyReplicas != *d.Spec.Replicas || d.Status.UpdatedReplicas != *d.Spec.Replicas {
+		return fmt.Errorf("%d ready, %d updated of %d", d.Status.ReadyReplicas, d.Status.UpdatedReplicas, *d.Spec.Replicas)
+	}
+	return nil
 }
 
 // TestFunctionPastValidationDegraded: a Function whose stored spec the
@@ -129,11 +138,17 @@ func TestFunctionPastValidationDegraded(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatalf("kill -9 controller %s (pid %d): %v", victim.Name, pid, err)
 	}
-	waitFor(t, 60*time.Second, "the killed controller restarted and Ready", func() bool {
+	poll.Until(t, 60*time.Second, 200*time.Millisecond, "the killed controller restarted and Ready", func(context.Context) error {
 		p, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), victim.Name, metav1.GetOptions{})
-		return err == nil && restarts(p) > restarts(&victim) && podReady(*p)
+		if err != nil {
+			return err
+		}
+		if restarts(p) <= restarts(&victim) || !podReady(*p) {
+			return fmt.Errorf("%d restarts, ready %t", restarts(p), podReady(*p))
+		}
+		return nil
 	})
-	waitFor(t, 90*time.Second, "all three controllers Ready after the restart", controllersReady)
+	poll.Until(t, 90*time.Second, 200*time.Millisecond, "all three controllers Ready after the restart", controllersReady)
 
 	if code, body := call(t, "default/echo", "/after-restart"); code != http.StatusOK {
 		t.Fatalf("default/echo after the restart: %d %s", code, body)
@@ -141,9 +156,11 @@ func TestFunctionPastValidationDegraded(t *testing.T) {
 	createFunction(t, good, nil)
 	firstCall(t, "default/"+good)
 
-	waitFor(t, 30*time.Second, "Function "+bad+" Degraded", func() bool {
-		c := conditionOf(t, bad, "Degraded")
-		return c != nil && c["status"] == "True"
+	poll.Until(t, 30*time.Second, 200*time.Millisecond, "Function "+bad+" Degraded", func(context.Context) error {
+		if c := conditionOf(t, bad, "Degraded"); c == nil || c["status"] != "True" {
+			return fmt.Errorf("condition %v", c)
+		}
+		return nil
 	})
 	c := conditionOf(t, bad, "Degraded")
 	if msg, _ := c["message"].(string); !strings.Contains(msg, "idleTimeout") {
@@ -255,17 +272,17 @@ func TestAbortedOneshotReleased(t *testing.T) {
 			t.Fatalf("%s: %d", q, resp.StatusCode)
 		}
 		conn.Close()
-		waitFor(t, 15*time.Second, "the oneshot instance of the "+q+" call released", func() bool {
+		poll.Until(t, 15*time.Second, 200*time.Millisecond, "the oneshot instance of the "+q+" call released", func(context.Context) error {
 			pods, err := env.kube.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, p := range pods.Items {
 				if p.DeletionTimestamp == nil {
-					return false
+					return fmt.Errorf("%s not deleted", p.Name)
 				}
 			}
-			return true
+			return nil
 		})
 	}
 }
@@ -280,9 +297,11 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	ref := "default/" + fn
 	firstCall(t, ref)
 	var owner string
-	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
-		owner, _ = functionStatus(t, fn)["owner"].(string)
-		return owner != ""
+	poll.Until(t, 10*time.Second, 200*time.Millisecond, "an owner in the Function's status", func(context.Context) error {
+		if owner, _ = functionStatus(t, fn)["owner"].(string); owner == "" {
+			return errors.New("no owner")
+		}
+		return nil
 	})
 	pod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
 	if err != nil {
@@ -331,7 +350,12 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 			t.Fatalf("send report %d: %v", seq, err)
 		}
 	}
-	waitFor(t, 10*time.Second, "the forged reports counted as violations", func() bool { return violations() > before })
+	poll.Until(t, 10*time.Second, 200*time.Millisecond, "the forged reports counted as violations", func(context.Context) error {
+		if v := violations(); v <= before {
+			return fmt.Errorf("%v violations, %v before", v, before)
+		}
+		return nil
+	})
 	// Ten scale intervals of the local overlay (500ms): a report applied
 	// would have scaled to maxInstances 3 within one.
 	deadline := time.Now().Add(5 * time.Second)
@@ -342,7 +366,7 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 		if d, _ := functionStatus(t, fn)["desired"].(int64); d > 1 {
 			t.Fatalf("the forged report set desired %d", d)
 		}
-		time.Sleep(250 * time.Millisecond)
+		time.Sleep(250 * time.Millisecond) // sleep: poll (nothing may scale for ten scale intervals)
 	}
 	// The real routers' reports still count: two callers with a request in
 	// flight each scale the function to two instances.
@@ -350,5 +374,10 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	_, _, wait := load(t, ref, "sleep=300ms", 2, stop)
 	defer wait()
 	defer close(stop)
-	waitFor(t, 30*time.Second, "two instances for two callers after the forged reports", func() bool { return instances(t, fn) >= 2 })
+	poll.Until(t, 30*time.Second, 200*time.Millisecond, "two instances for two callers after the forged reports", func(context.Context) error {
+		if n := instances(t, fn); n < 2 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 }

@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/cluster"
 )
 
@@ -105,7 +106,7 @@ func TestRuncKilledContainerRestarted(t *testing.T) {
 	pod := createPods(t, echoPod("e2e-kubelet-runc-kill", "node2", nil))["e2e-kubelet-runc-kill"]
 	before := containerID(t, pod, "echo")
 	runcKill(t, pod, "echo")
-	eventually(t, 60*time.Second, "the container restarted and Ready", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "the container restarted and Ready", func(ctx context.Context) error {
 		p, err := env.kube.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -149,7 +150,7 @@ func TestClaimedInstanceRetiredOnRestart(t *testing.T) {
 	container := inst.Spec.Containers[0].Name
 	runcKill(t, inst, container)
 
-	eventually(t, 60*time.Second, "an InstanceRetired Event for "+inst.Name, func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "an InstanceRetired Event for "+inst.Name, func(ctx context.Context) error {
 		evs, err := env.kube.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: fields.Set{
 			"involvedObject.name": fn, "reason": "InstanceRetired",
 		}.String()})
@@ -163,7 +164,7 @@ func TestClaimedInstanceRetiredOnRestart(t *testing.T) {
 		}
 		return fmt.Errorf("%d InstanceRetired events, none for %s", len(evs.Items), inst.Name)
 	})
-	eventually(t, 60*time.Second, inst.Name+" deleted", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, inst.Name+" deleted", func(ctx context.Context) error {
 		p, err := env.kube.CoreV1().Pods("default").Get(ctx, inst.Name, metav1.GetOptions{})
 		if err == nil && p.UID == inst.UID && p.DeletionTimestamp == nil {
 			return fmt.Errorf("still there, restarts %d", restarts(p))
@@ -195,7 +196,7 @@ func TestPodResolvesService(t *testing.T) {
 		},
 	}
 	_ = api.Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
-	eventually(t, 30*time.Second, "no leftover "+pod.Name, func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "no leftover "+pod.Name, func(ctx context.Context) error {
 		_, err := api.Create(ctx, pod, metav1.CreateOptions{})
 		return err
 	})
@@ -203,7 +204,7 @@ func TestPodResolvesService(t *testing.T) {
 		_ = api.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	})
 	var got string
-	eventually(t, 90*time.Second, pod.Name+" resolved "+name, func(ctx context.Context) error {
+	poll.Until(t, 90*time.Second, pollInterval, pod.Name+" resolved "+name, func(ctx context.Context) error {
 		p, err := api.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -103,20 +102,5 @@ func counterSum(t *testing.T, url, metric string, match map[string]string) float
 	return v
 }
 
-// eventually polls cond every 100ms until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	var last error
-	for {
-		if last = cond(ctx); last == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%s: not within %s: %v", what, timeout, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
+// pollInterval is how often the suites' poll.Until calls a condition.
+const pollInterval = 100 * time.Millisecond

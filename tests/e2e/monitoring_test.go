@@ -11,6 +11,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/attach"
 )
 
@@ -33,7 +34,7 @@ func TestMonitoringQueriesMatchExportedMetrics(t *testing.T) {
 	// Series of owned functions move with ownership (an earlier test may
 	// have just killed a controller): poll a little before judging.
 	var missing []string
-	eventually(t, 30*time.Second, "every metric the dashboard and alerts read exported", func(context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "every metric the dashboard and alerts read exported", func(context.Context) error {
 		exported := map[string]bool{}
 		for _, url := range append([]string{env.routerMetrics}, controllerMetricsURLs(t)...) {
 			fams, err := attach.Scrape(url)

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
 )
@@ -200,7 +201,7 @@ func createPods(t *testing.T, pods ...*corev1.Pod) map[string]*corev1.Pod {
 	api := env.kube.CoreV1().Pods("default")
 	for _, p := range pods {
 		if err := api.Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))}); err == nil {
-			eventually(t, 30*time.Second, "leftover pod "+p.Name+" gone", func(ctx context.Context) error {
+			poll.Until(t, 30*time.Second, pollInterval, "leftover pod "+p.Name+" gone", func(ctx context.Context) error {
 				if _, err := api.Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 					return fmt.Errorf("still there (%v)", err)
 				}
@@ -215,7 +216,7 @@ func createPods(t *testing.T, pods ...*corev1.Pod) map[string]*corev1.Pod {
 		})
 	}
 	ready := map[string]*corev1.Pod{}
-	eventually(t, 60*time.Second, "test pods Ready", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "test pods Ready", func(ctx context.Context) error {
 		for _, p := range pods {
 			got, err := api.Get(ctx, p.Name, metav1.GetOptions{})
 			if err != nil {
@@ -287,7 +288,7 @@ func TestCallerPodOnNode2(t *testing.T) {
 			t.Fatalf("call through %s: %d %s", svc.Spec.ClusterIP, code, body)
 		}
 		// The router counts a request once it has answered it.
-		eventually(t, 5*time.Second, "node 2's router counts the call", func(context.Context) error {
+		poll.Until(t, 5*time.Second, pollInterval, "node 2's router counts the call", func(context.Context) error {
 			if after := served(); after <= before {
 				return fmt.Errorf("node 2's router counted %v requests for default/echo before and %v after: the call did not stay on node 2", before, after)
 			}
@@ -322,7 +323,7 @@ func TestCallerPodOnNode2(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = api.Delete(context.Background(), svc.Name, metav1.DeleteOptions{}) })
 		seen := map[string]bool{}
-		eventually(t, 30*time.Second, "both backends answer through "+svc.Spec.ClusterIP, func(ctx context.Context) error {
+		poll.Until(t, 30*time.Second, pollInterval, "both backends answer through "+svc.Spec.ClusterIP, func(ctx context.Context) error {
 			code, body, err := curlFrom(caller, "http://"+svc.Spec.ClusterIP+"/pod-to-pod")
 			if err != nil {
 				return err
@@ -355,7 +356,7 @@ func TestContainerRestartKeepsPodSandbox(t *testing.T) {
 		t.Fatal(err)
 	}
 	var restarted *corev1.Pod
-	eventually(t, 45*time.Second, "container restarted and Ready", func(ctx context.Context) error {
+	poll.Until(t, 45*time.Second, pollInterval, "container restarted and Ready", func(ctx context.Context) error {
 		p, err := env.kube.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -11,6 +11,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // TestOrphanedInstanceDeleted: a pod labelled as an instance of a Function
@@ -26,7 +27,7 @@ func TestOrphanedInstanceDeleted(t *testing.T) {
 	})
 	api := env.kube.CoreV1().Pods("default")
 	_ = api.Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
-	eventually(t, 30*time.Second, "leftover pod gone", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "leftover pod gone", func(ctx context.Context) error {
 		if _, err := api.Get(ctx, p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			return fmt.Errorf("still there (%v)", err)
 		}
@@ -41,7 +42,7 @@ func TestOrphanedInstanceDeleted(t *testing.T) {
 		_ = api.Delete(context.Background(), p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	})
 	start := time.Now()
-	eventually(t, 30*time.Second, "orphaned instance deleted", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "orphaned instance deleted", func(ctx context.Context) error {
 		got, err := api.Get(ctx, p.Name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):

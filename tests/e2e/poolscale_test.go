@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // TestPoolAutoscales: a pool annotated skipper.dev/autoscale grows when
@@ -26,7 +27,7 @@ func TestPoolAutoscales(t *testing.T) {
 	if _, err := env.kube.AppsV1().Deployments("default").Patch(t.Context(), pool, types.MergePatchType, []byte(ann), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the pool's one pod ready", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "the pool's one pod ready", func(ctx context.Context) error {
 		return poolReady(ctx, pool, 1)
 	})
 	// Events of this Deployment only: an earlier run's, of the same name,
@@ -66,13 +67,13 @@ func TestPoolAutoscales(t *testing.T) {
 		}
 		return up, down, nil
 	}
-	eventually(t, 30*time.Second, "an Event says the pool grew", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "an Event says the pool grew", func(ctx context.Context) error {
 		if up, _, err := scaled(ctx); err != nil || !up {
 			return fmt.Errorf("no PoolScaled Event going up (%v)", err)
 		}
 		return nil
 	})
-	eventually(t, 60*time.Second, "the pool back at its minimum after the window", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "the pool back at its minimum after the window", func(ctx context.Context) error {
 		d, err := env.kube.AppsV1().Deployments("default").Get(ctx, pool, metav1.GetOptions{})
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // promQuery is one query of skipper-promql --queries.
@@ -131,7 +132,7 @@ func TestPrometheusScrapesDashboardQueries(t *testing.T) {
 		}
 		return len(res.Result), nil
 	}
-	eventually(t, time.Minute, "every target up", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, pollInterval, "every target up", func(ctx context.Context) error {
 		n, err := instant(ctx, "up == 1")
 		if err != nil {
 			return err
@@ -152,15 +153,13 @@ func TestPrometheusScrapesDashboardQueries(t *testing.T) {
 		if code, body := call(t, "default/echo", path); code >= 500 && !strings.Contains(path, "status") {
 			t.Fatalf("demo call: %d %s", code, body)
 		}
-		time.Sleep(100 * time.Millisecond) // load shape: 10 calls/s over 4 s (not synchronisation)
+		time.Sleep(100 * time.Millisecond) // sleep: load (10 calls/s over 4 s, spread over a few scrapes)
 	}
 
 	// Rates need two samples in their window: poll until every panel and
 	// variable query has data, then report those that never had.
-	var missing []string
-	deadline := time.Now().Add(45 * time.Second)
-	for {
-		missing = missing[:0]
+	poll.Until(t, 45*time.Second, time.Second, "data for every panel and variable query", func(context.Context) error {
+		var missing []string
 		for _, q := range queries {
 			expr := q.Query
 			if q.Kind == "variable" {
@@ -176,14 +175,11 @@ func TestPrometheusScrapesDashboardQueries(t *testing.T) {
 				missing = append(missing, fmt.Sprintf("%s: %s", q.Where, expr))
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
+		if len(missing) > 0 {
+			return fmt.Errorf("no data:\n%s", strings.Join(missing, "\n"))
 		}
-		time.Sleep(time.Second) // a scrape interval: poll again
-	}
-	for _, m := range missing {
-		t.Errorf("no data: %s", m)
-	}
+		return nil
+	})
 }
 
 // labelValuesMetric returns the metric of a Grafana label_values(metric,

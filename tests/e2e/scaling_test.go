@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // The local overlay runs the controllers with --scale-down-stabilization=10s,
@@ -55,17 +56,12 @@ func createFunction(t *testing.T, name string, spec map[string]any) {
 func firstCall(t *testing.T, function string) string {
 	t.Helper()
 	client := &http.Client{Timeout: 30 * time.Second}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		uid, err := callPod(t, client, function, "")
-		if err == nil {
-			return uid
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("first call of %s: %v", function, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var uid string
+	poll.Until(t, 5*time.Second, pollInterval, "first call of "+function, func(context.Context) (err error) {
+		uid, err = callPod(t, client, function, "")
+		return err
+	})
+	return uid
 }
 
 // instances counts the function's claimed pods that are not terminating.
@@ -92,17 +88,6 @@ func functionStatus(t *testing.T, name string) map[string]any {
 	}
 	st, _, _ := unstructured.NestedMap(u.Object, "status")
 	return st
-}
-
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
 }
 
 // callPod calls the function and returns the UID of the pod that answered;
@@ -176,15 +161,19 @@ func TestScaleUpAndDownUnderLoad(t *testing.T) {
 	heavyCalls, heavyFailures, waitHeavy := load(t, ref, "sleep=400ms", 3, stopHeavy)
 	start := time.Now()
 	peak := 0
-	waitFor(t, 30*time.Second, "three instances under load", func() bool {
-		peak = max(peak, instances(t, fn))
-		return peak >= 3
+	poll.Until(t, 30*time.Second, 200*time.Millisecond, "three instances under load", func(context.Context) error {
+		if peak = max(peak, instances(t, fn)); peak < 3 {
+			return fmt.Errorf("at most %d instances", peak)
+		}
+		return nil
 	})
 	t.Logf("scaled to %d instances %s after load began", peak, time.Since(start).Round(100*time.Millisecond))
 	// Status is written at most once per --status-interval (1s).
-	waitFor(t, 5*time.Second, "status desired 3 for inFlight", func() bool {
-		st := functionStatus(t, fn)
-		return fmt.Sprint(st["desired"]) == "3" && st["lastScaleReason"] == "inFlight"
+	poll.Until(t, 5*time.Second, 200*time.Millisecond, "status desired 3 for inFlight", func(context.Context) error {
+		if st := functionStatus(t, fn); fmt.Sprint(st["desired"]) != "3" || st["lastScaleReason"] != "inFlight" {
+			return fmt.Errorf("status %v", st)
+		}
+		return nil
 	})
 
 	// One caller from now on, a request in flight at a time: desired 1.
@@ -193,7 +182,12 @@ func TestScaleUpAndDownUnderLoad(t *testing.T) {
 	close(stopHeavy)
 	waitHeavy()
 	down := time.Now()
-	waitFor(t, 60*time.Second, "scale-down to one instance", func() bool { return instances(t, fn) == 1 })
+	poll.Until(t, 60*time.Second, 200*time.Millisecond, "scale-down to one instance", func(context.Context) error {
+		if n := instances(t, fn); n != 1 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 	took := time.Since(down)
 	close(stopLight)
 	waitLight()
@@ -204,9 +198,11 @@ func TestScaleUpAndDownUnderLoad(t *testing.T) {
 	if n := heavyFailures.Load() + lightFailures.Load(); n > 0 {
 		t.Errorf("%d calls failed during scale-up and scale-down", n)
 	}
-	waitFor(t, 5*time.Second, "status desired 1 with an owner", func() bool {
-		st := functionStatus(t, fn)
-		return fmt.Sprint(st["desired"]) == "1" && st["owner"] != nil
+	poll.Until(t, 5*time.Second, 200*time.Millisecond, "status desired 1 with an owner", func(context.Context) error {
+		if st := functionStatus(t, fn); fmt.Sprint(st["desired"]) != "1" || st["owner"] == nil {
+			return fmt.Errorf("status %v", st)
+		}
+		return nil
 	})
 }
 
@@ -221,15 +217,27 @@ func TestScaleToZeroAfterIdle(t *testing.T) {
 	idle := time.Now()
 	// The claim's record follows the call (issue 15): count from when the
 	// pod shows it.
-	waitFor(t, 5*time.Second, "the claim recorded", func() bool { return instances(t, fn) == 1 })
-	waitFor(t, 40*time.Second, "scale to zero", func() bool { return instances(t, fn) == 0 })
+	poll.Until(t, 5*time.Second, 200*time.Millisecond, "the claim recorded", func(context.Context) error {
+		if n := instances(t, fn); n != 1 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
+	poll.Until(t, 40*time.Second, 200*time.Millisecond, "scale to zero", func(context.Context) error {
+		if n := instances(t, fn); n != 0 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 	t.Logf("scaled to zero %s after the last call", time.Since(idle).Round(100*time.Millisecond))
 	if time.Since(idle) < 3*time.Second {
 		t.Errorf("scaled to zero before idleTimeout")
 	}
-	waitFor(t, 10*time.Second, "status desired 0 reason idle", func() bool {
-		st := functionStatus(t, fn)
-		return fmt.Sprint(st["desired"]) == "0" && st["lastScaleReason"] == "idle"
+	poll.Until(t, 10*time.Second, 200*time.Millisecond, "status desired 0 reason idle", func(context.Context) error {
+		if st := functionStatus(t, fn); fmt.Sprint(st["desired"]) != "0" || st["lastScaleReason"] != "idle" {
+			return fmt.Errorf("status %v", st)
+		}
+		return nil
 	})
 	again, err := callPod(t, client, ref, "")
 	if err != nil {
@@ -258,16 +266,16 @@ func TestOneshotFreshInstancePerCall(t *testing.T) {
 		}
 		seen[uid] = true
 	}
-	waitFor(t, 30*time.Second, "the used oneshot pods deleted", func() bool {
+	poll.Until(t, 30*time.Second, 200*time.Millisecond, "the used oneshot pods deleted", func(context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range pods.Items {
 			if seen[string(p.UID)] && p.DeletionTimestamp == nil {
-				return false
+				return fmt.Errorf("%s not deleted", p.Name)
 			}
 		}
-		return true
+		return nil
 	})
 }

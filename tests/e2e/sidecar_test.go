@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // TestSidecarRouter: deploy/sidecar's caller pod (through
@@ -22,7 +23,7 @@ func TestSidecarRouter(t *testing.T) {
 	t.Cleanup(func() { kubectl(t, nil, "delete", "--ignore-not-found", "--wait=false", "-k", dir) })
 
 	var pod *corev1.Pod
-	eventually(t, 2*time.Minute, "the caller pod running with both containers", func(ctx context.Context) error {
+	poll.Until(t, 2*time.Minute, pollInterval, "the caller pod running with both containers", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=caller"})
 		if err != nil {
 			return err
@@ -44,7 +45,7 @@ func TestSidecarRouter(t *testing.T) {
 	})
 	app := containerPid(t, pod, "app")
 	var body string
-	eventually(t, time.Minute, "the echo function through the sidecar on 127.0.0.1:8380", func(context.Context) error {
+	poll.Until(t, time.Minute, pollInterval, "the echo function through the sidecar on 127.0.0.1:8380", func(context.Context) error {
 		code, b, err := curlFrom(app, "http://127.0.0.1:8380/sidecar", "x-skipper-function: default/echo")
 		if err != nil {
 			return err
@@ -60,7 +61,7 @@ func TestSidecarRouter(t *testing.T) {
 	}
 	// The kubelet's probes reach the sidecar's admin port on the pod IP:
 	// the pod turns Ready only through its readiness probe.
-	eventually(t, time.Minute, "the caller pod Ready (the sidecar's readiness probe on the pod IP)", func(ctx context.Context) error {
+	poll.Until(t, time.Minute, pollInterval, "the caller pod Ready (the sidecar's readiness probe on the pod IP)", func(ctx context.Context) error {
 		p, err := env.kube.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err

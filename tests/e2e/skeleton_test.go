@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 )
 
 func call(t *testing.T, function, path string) (int, string) {
@@ -76,7 +77,7 @@ func TestSkeleton(t *testing.T) {
 
 	// The ReplicaSet released the claimed pod and keeps three warm ones.
 	sel := labels.SelectorFromSet(labels.Set{v1alpha1.LabelPool: "echo"}).String() + "," + "!" + v1alpha1.LabelFunction
-	eventually(t, 60*time.Second, "pool refilled to 3 ready pods", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "pool refilled to 3 ready pods", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: sel})
 		if err != nil {
 			return err
@@ -97,7 +98,7 @@ func TestSkeleton(t *testing.T) {
 	// controllers' ring still grows (just after make up) the owner may move
 	// and the router re-fetches. Wait for every replica to see all members,
 	// fill the cache once, then measure.
-	eventually(t, 60*time.Second, "every controller sees the whole ring", func(context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "every controller sees the whole ring", func(context.Context) error {
 		urls := controllerMetricsURLs(t)
 		for _, u := range urls {
 			if got := metricSum(t, u, "skipper_controller_ring_members", nil); int(got) != len(urls) {

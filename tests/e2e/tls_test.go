@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/yaml"
 
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles/tlstest"
@@ -110,9 +111,9 @@ func enableTLS(t *testing.T) {
 		if _, err := apps.DaemonSets("skipper-system").Patch(ctx, ds.Name, types.JSONPatchType, undoRouter, metav1.PatchOptions{}); err != nil {
 			t.Errorf("restore the routers: %v", err)
 		}
-		eventually(t, rollout, "plaintext rolled back out", rolledOut)
+		poll.Until(t, rollout, pollInterval, "plaintext rolled back out", rolledOut)
 		client := &http.Client{Timeout: 10 * time.Second}
-		eventually(t, 10*time.Second, "default/echo answering in plaintext again", func(context.Context) error {
+		poll.Until(t, 10*time.Second, pollInterval, "default/echo answering in plaintext again", func(context.Context) error {
 			_, err := callEcho(client, "default/echo")
 			return err
 		})
@@ -134,7 +135,7 @@ func enableTLS(t *testing.T) {
 			t.Fatalf("patch %s %s: %v", p.Target.Kind, p.Target.Name, err)
 		}
 	}
-	eventually(t, rollout, "TLS rolled out", rolledOut)
+	poll.Until(t, rollout, pollInterval, "TLS rolled out", rolledOut)
 }
 
 // TestControllersTLS (issue 16): with Secret skipper-controller-tls and
@@ -215,7 +216,7 @@ func TestControllersTLS(t *testing.T) {
 	}
 
 	// Probes are HTTP on the metrics port: the replicas stay Ready.
-	if !controllersReady() {
-		t.Error("controllers not all Ready over TLS")
+	if err := controllersReady(t.Context()); err != nil {
+		t.Errorf("controllers not all Ready over TLS: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/trust"
+	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -104,9 +106,11 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, want string
 func functionOwnerPod(t *testing.T, fn string) *corev1.Pod {
 	t.Helper()
 	var owner string
-	waitFor(t, 10*time.Second, "an owner in the Function's status", func() bool {
-		owner, _ = functionStatus(t, fn)["owner"].(string)
-		return owner != ""
+	poll.Until(t, 10*time.Second, 200*time.Millisecond, "an owner in the Function's status", func(context.Context) error {
+		if owner, _ = functionStatus(t, fn)["owner"].(string); owner == "" {
+			return errors.New("no owner")
+		}
+		return nil
 	})
 	pod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
 	if err != nil {
@@ -134,16 +138,21 @@ func TestHostileCallers(t *testing.T) {
 	// The first call's record (the pod's label) lands after the call:
 	// count the instances once it has. The pool then makes a replacement,
 	// which is not on a node at first: the workload is a scheduled pod.
-	waitFor(t, 10*time.Second, "the first call's instance recorded", func() bool { return instances(t, fn) > 0 })
+	poll.Until(t, 10*time.Second, 200*time.Millisecond, "the first call's instance recorded", func(context.Context) error {
+		if n := instances(t, fn); n <= 0 {
+			return fmt.Errorf("%d instances", n)
+		}
+		return nil
+	})
 	var workload *corev1.Pod
-	waitFor(t, 30*time.Second, "an echo pod on a node, to take a workload's token from", func() bool {
+	poll.Until(t, 30*time.Second, 200*time.Millisecond, "an echo pod on a node, to take a workload's token from", func(context.Context) error {
 		for _, p := range podsOf(t, "default", "skipper.dev/pool=echo") {
 			if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodRunning {
 				workload = &p
-				return true
+				return nil
 			}
 		}
-		return false
+		return errors.New("none running on a node")
 	})
 	before := instances(t, fn)
 	desired := functionStatus(t, fn)["desired"]

@@ -8,6 +8,6 @@
 //
 //	flock /tmp/skipper-cluster.flock bash -c 'make build kube containerd crictl image && timeout 900 go test -p 1 -count=1 ./tests/integration/; make down'
 //
-// Each test creates its own Functions on the example pool default/echo and
-// deletes them afterwards.
+// Each test creates its own Functions on the example pool default/echo (the
+// record test: pods of a pool of its own) and deletes them afterwards.
 package integration

@@ -16,6 +16,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/noderouter"
@@ -28,6 +29,7 @@ const upTimeout = 5 * time.Minute
 
 // env is the cluster and the in-process router the tests use.
 var env struct {
+	rest      *rest.Config // the cluster admin's
 	kube      kubernetes.Interface
 	dyn       dynamic.Interface
 	routerURL string // the in-process router's data plane
@@ -63,6 +65,7 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail(fmt.Errorf("kubeconfig: %w", err))
 	}
+	env.rest = cfg
 	if env.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return fail(err)
 	}
@@ -144,7 +147,7 @@ func startRouter(ctx context.Context, kubeconfig string) (<-chan error, error) {
 		if time.Now().After(deadline) {
 			return nil, errors.New("router not ready within 30s")
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // sleep: poll (TestMain has no t for poll.Until)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/cgroup"
 )
 
@@ -54,7 +55,7 @@ func createFunction(t *testing.T, prefix string, spec map[string]any) string {
 			t.Errorf("delete Function %s: %v", name, err)
 		}
 	})
-	eventually(t, 30*time.Second, "Function "+name+" taken by its owner", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "Function "+name+" taken by its owner", func(ctx context.Context) error {
 		fn, err := fns.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -94,28 +95,13 @@ func call(ctx context.Context, fn, path string) (int, string, error) {
 	return resp.StatusCode, e.Pod.UID, nil
 }
 
-// eventually polls cond until it returns nil or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), timeout)
-	defer cancel()
-	for {
-		err := cond(ctx)
-		if err == nil {
-			return
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("gave up waiting for %s: %v", what, err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
+// pollInterval is how often the tests' poll.Until calls a condition.
+const pollInterval = 100 * time.Millisecond
 
 func TestWarmRequestsMakeNoGetInstance(t *testing.T) {
 	fn := createFunction(t, "warm", map[string]any{"maxInstances": int64(1)})
 	var first string
-	eventually(t, 30*time.Second, "the cold call", func(ctx context.Context) (err error) {
+	poll.Until(t, 30*time.Second, pollInterval, "the cold call", func(ctx context.Context) (err error) {
 		_, first, err = call(ctx, fn, "/")
 		return err
 	})
@@ -161,7 +147,7 @@ func TestConcurrentColdMissesMakeOneGetInstance(t *testing.T) {
 func waitBothInstances(t *testing.T, fn string) {
 	t.Helper()
 	seen := map[string]bool{}
-	eventually(t, 60*time.Second, "both instances answering", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "both instances answering", func(ctx context.Context) error {
 		_, uid, err := call(ctx, fn, "/")
 		if err != nil {
 			return err
@@ -226,7 +212,7 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 	// The victim is the instance whose pod starts terminating first.
 	var victim string
 	var deleting time.Time
-	eventually(t, 90*time.Second, "one instance deleted", func(ctx context.Context) error {
+	poll.Until(t, 90*time.Second, pollInterval, "one instance deleted", func(ctx context.Context) error {
 		for uid, name := range names {
 			p, err := env.kube.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) || (err == nil && (p.DeletionTimestamp != nil || string(p.UID) != uid)) {
@@ -240,7 +226,7 @@ func TestWithdrawalStopsTraffic(t *testing.T) {
 		}
 		return fmt.Errorf("victim %q not gone yet", victim)
 	})
-	time.Sleep(time.Second) // more load after the deletion (the check is on what it answered)
+	time.Sleep(time.Second) // sleep: load (more after the deletion: the check is on what it answered)
 	stop()
 	load.Wait()
 
@@ -304,7 +290,7 @@ func startLoad(t *testing.T, fn, path string, workers int, pause time.Duration) 
 				}
 				l.mu.Unlock()
 				if pause > 0 {
-					time.Sleep(pause)
+					time.Sleep(pause) // sleep: load (the caller's pace)
 				}
 			}
 		})
@@ -345,7 +331,7 @@ func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 	const workers = 8
 	load := startLoad(t, fn, "/?sleep=100ms", workers, 0)
 	// Kill while requests are in flight on the victim.
-	eventually(t, 10*time.Second, "the victim serving under load", func(context.Context) error {
+	poll.Until(t, 10*time.Second, pollInterval, "the victim serving under load", func(context.Context) error {
 		if n := load.answersFrom(string(victim.UID)); n < workers {
 			return fmt.Errorf("%d answers from the victim", n)
 		}
@@ -356,7 +342,7 @@ func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 	if err := env.kube.CoreV1().Pods(namespace).Delete(t.Context(), victim.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
 		t.Fatalf("kill %s: %v", victim.Name, err)
 	}
-	time.Sleep(3 * time.Second) // load across the death and the controller's reaction
+	time.Sleep(3 * time.Second) // sleep: load (across the death and the controller's reaction)
 	sent, failed := load.stop()
 	t.Logf("%d GET requests, %d retries by the router around the kill", sent, int(metric(t, "skipper_noderouter_retries_total", nil)-retries))
 	if failed > 0 {
@@ -370,7 +356,7 @@ func TestInstanceKilledMidLoadLosesNoIdempotentRequest(t *testing.T) {
 // owner over a stream of its own.
 func TestControllerRestart(t *testing.T) {
 	fn := createFunction(t, "restart", map[string]any{"maxInstances": int64(1)})
-	eventually(t, 30*time.Second, "the cold call", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "the cold call", func(ctx context.Context) error {
 		_, _, err := call(ctx, fn, "/")
 		return err
 	})
@@ -394,7 +380,7 @@ func TestControllerRestart(t *testing.T) {
 		t.Fatalf("delete controller %s: %v", old, err)
 	}
 	var next string
-	eventually(t, 90*time.Second, "a new owner", func(ctx context.Context) (err error) {
+	poll.Until(t, 90*time.Second, pollInterval, "a new owner", func(ctx context.Context) (err error) {
 		if next, err = owner(ctx); err != nil {
 			return err
 		}
@@ -412,7 +398,7 @@ func TestControllerRestart(t *testing.T) {
 		return metric(t, "skipper_noderouter_heartbeat_batches_total", map[string]string{"controller": addr})
 	}
 	var first float64
-	eventually(t, 60*time.Second, "reports to the new owner "+next+" at "+addr, func(context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "reports to the new owner "+next+" at "+addr, func(context.Context) error {
 		b := batches()
 		if first == 0 {
 			first = b
@@ -441,7 +427,7 @@ func TestOneshot(t *testing.T) {
 	for i := range n {
 		var uid string
 		// Each request claims a pool pod: give the pool time to refill.
-		eventually(t, 60*time.Second, fmt.Sprintf("oneshot request %d", i), func(ctx context.Context) (err error) {
+		poll.Until(t, 60*time.Second, pollInterval, fmt.Sprintf("oneshot request %d", i), func(ctx context.Context) (err error) {
 			_, uid, err = call(ctx, fn, "/")
 			return err
 		})
@@ -453,13 +439,13 @@ func TestOneshot(t *testing.T) {
 	if d := metric(t, getInstances, nil) - gets; d < n {
 		t.Errorf("%v GetInstance calls for %d oneshot requests; want one each", d, n)
 	}
-	eventually(t, 10*time.Second, "every instance released", func(context.Context) error {
+	poll.Until(t, 10*time.Second, pollInterval, "every instance released", func(context.Context) error {
 		if d := metric(t, "skipper_noderouter_release_instance_total", map[string]string{"result": "ok"}) - released; d != n {
 			return fmt.Errorf("%v released", d)
 		}
 		return nil
 	})
-	eventually(t, 60*time.Second, "the used instances deleted", func(ctx context.Context) error {
+	poll.Until(t, 60*time.Second, pollInterval, "the used instances deleted", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return err
@@ -514,7 +500,7 @@ func TestInstanceCgroupsReadable(t *testing.T) {
 // the router's queue), both successfully.
 func TestConcurrencyLimitQueues(t *testing.T) {
 	fn := createFunction(t, "limit", map[string]any{"maxInstances": int64(1), "concurrencyLimit": int64(1)})
-	eventually(t, 30*time.Second, "the cold call", func(ctx context.Context) error {
+	poll.Until(t, 30*time.Second, pollInterval, "the cold call", func(ctx context.Context) error {
 		_, _, err := call(ctx, fn, "/")
 		return err
 	})

@@ -18,6 +18,7 @@ import (
 	"runtime/metrics"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -399,7 +400,7 @@ func TestKeepKeys(t *testing.T) {
 			{"the old key dropped", nextPEM, 1},
 		} {
 			write(step.file)
-			time.Sleep(keyRecheck / 2)
+			time.Sleep(keyRecheck / 2) // sleep: behaviour (fake clock: half a recheck)
 			synctest.Wait()
 			if n := keys(); n != step.want {
 				t.Errorf("%s: %d keys %s after the file changed, want %d", step.name, n, keyRecheck/2, step.want)
@@ -790,7 +791,13 @@ func TestServeShutdown(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- serve(ctx, ln, f.srv, 5*time.Second, slog.New(slog.DiscardHandler)) }()
+	arrived := make(chan struct{}) // closed when the request is in the handler
+	var once sync.Once
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		once.Do(func() { close(arrived) })
+		f.srv.ServeHTTP(w, r)
+	})
+	go func() { done <- serve(ctx, ln, h, 5*time.Second, slog.New(slog.DiscardHandler)) }()
 
 	c := &http.Client{Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
@@ -804,7 +811,7 @@ func TestServeShutdown(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	time.Sleep(50 * time.Millisecond) // let the request arrive
+	<-arrived
 	cancel()
 	if s := <-got; s != 200 {
 		t.Errorf("in-flight request during shutdown: %d, want 200", s)

@@ -75,6 +75,7 @@ func rules(s openAPISchema) string {
 // name constants, so the two are kept equal here). Regenerate the CRD with
 // controller-gen after changing a marker.
 func TestCRDBounds(t *testing.T) {
+	t.Parallel()
 	root := loadSchema(t)
 	spec := root.Properties["spec"]
 	scaling := spec.Properties["scaling"]

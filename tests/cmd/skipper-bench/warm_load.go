@@ -202,3 +202,74 @@ func get(ctx context.Context, c *http.Client, url, function string) error {
 	}
 	return err
 }
+
+// cpuMeter returns a reading of the CPU used so far by the processes in
+// the cgroup dir; nil for "".
+func cpuMeter(dir string) func() (time.Duration, error) {
+	if dir == "" {
+		return nil
+	}
+	return func() (time.Duration, error) { return cgroupCPU(dir) }
+}
+
+// measure runs f and returns its result with the CPU cpu counted during
+// it; -1 when cpu is nil.
+func measure[T any](cpu func() (time.Duration, error), f func() (T, error)) (T, time.Duration, error) {
+	var zero T
+	if cpu == nil {
+		r, err := f()
+		return r, -1, err
+	}
+	before, err := cpu()
+	if err != nil {
+		return zero, 0, err
+	}
+	r, err := f()
+	if err != nil {
+		return zero, 0, err
+	}
+	after, err := cpu()
+	if err != nil {
+		return zero, 0, err
+	}
+	return r, after - before, nil
+}
+
+// runWrk runs wrk against c for d from c's caller placement.
+func runWrk(ctx context.Context, bin string, c contender, cfg warmConfig, d time.Duration) (wrkResult, error) {
+	args := []string{"-t", strconv.Itoa(cfg.Threads), "-c", strconv.Itoa(cfg.Connections),
+		"-d", fmt.Sprintf("%ds", int(d/time.Second)), "--latency", "--timeout", "5s"}
+	if c.function != "" {
+		args = append(args, "-H", "x-skipper-function: "+c.function)
+	}
+	ctx, cancel := context.WithTimeout(ctx, d+30*time.Second)
+	defer cancel()
+	cmd := c.client.command(ctx, bin, append(args, c.url)...)
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return wrkResult{}, fmt.Errorf("wrk: %w: %s", err, strings.TrimSpace(errb.String()))
+	}
+	return parseWrk(string(out))
+}
+
+// runOpen runs the open-loop generator (this binary's warm-open) against c
+// from c's caller placement.
+func runOpen(ctx context.Context, self string, c contender, cfg warmConfig) (openResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Duration+openWarmup+30*time.Second)
+	defer cancel()
+	cmd := c.client.command(ctx, self, "warm-open", "-url", c.url, "-rate", strconv.Itoa(cfg.Rate),
+		"-duration", cfg.Duration.String(), "-connections", strconv.Itoa(cfg.Connections), "-function", c.function)
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	out, err := cmd.Output()
+	if err != nil {
+		return openResult{}, fmt.Errorf("warm-open: %w: %s", err, strings.TrimSpace(errb.String()))
+	}
+	var r openResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		return r, fmt.Errorf("warm-open output: %w", err)
+	}
+	return r, nil
+}

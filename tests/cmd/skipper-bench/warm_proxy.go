@@ -275,3 +275,15 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// warmProxies are the reverse proxies run beside the router, by contender
+// name, each with the port it listens on at node 1's IP.
+var warmProxies = map[string]struct {
+	kind proxyKind
+	port int
+}{
+	"nginx":    {nginxKind, 18081},
+	"haproxy":  {haproxyKind, 18082},
+	"fasthttp": {fasthttpKind, 18083},
+	"loop":     {loopKind, 18084},
+}

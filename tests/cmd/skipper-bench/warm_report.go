@@ -2,10 +2,14 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -241,4 +245,74 @@ func commit() string {
 		c += " (dirty)"
 	}
 	return c
+}
+
+// writeWarmReport writes warm.json and the plots into cfg.Out, prints the
+// section and rewrites it in cfg.Docs.
+func writeWarmReport(ctx context.Context, rep warmReport, cfg warmConfig, stdout, stderr io.Writer) error {
+	var images []string
+	if cfg.Out != "" {
+		if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
+			return err
+		}
+		data, err := json.MarshalIndent(rep, "", "  ")
+		if err != nil {
+			return err
+		}
+		js := filepath.Join(cfg.Out, "warm.json")
+		if err := os.WriteFile(js, append(data, '\n'), 0o644); err != nil {
+			return err
+		}
+		pngs, err := plotWarm(ctx, js, cfg.Out, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "warm: no plots: %v\n", err)
+		}
+		base := "."
+		if cfg.Docs != "" {
+			base = filepath.Dir(cfg.Docs)
+		}
+		for _, p := range pngs {
+			if rel, err := filepath.Rel(base, p); err == nil {
+				images = append(images, filepath.ToSlash(rel))
+			}
+		}
+	}
+	section := rep.markdown(images)
+	fmt.Fprint(stdout, section)
+	if cfg.Docs == "" {
+		return nil
+	}
+	doc, err := os.ReadFile(cfg.Docs)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(cfg.Docs, []byte(replaceSection(string(doc), section)), 0o644)
+}
+
+// plotWarm runs skipper-benchplot (tests/benchplot: next to this binary,
+// or on PATH) on the JSON and returns the PNGs it wrote.
+func plotWarm(ctx context.Context, js, out string, stderr io.Writer) ([]string, error) {
+	bin, err := findBuilt("skipper-benchplot", selfDir(), "cd tests/benchplot && go build -o ../../bin/ ./cmd/skipper-benchplot")
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "-in", js, "-out", out)
+	cmd.Stderr = stderr
+	list, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", bin, err)
+	}
+	return strings.Fields(string(list)), nil
+}
+
+// shellCommand renders argv for a shell, quoting the arguments that need it.
+func shellCommand(argv []string) string {
+	q := make([]string, len(argv))
+	for i, a := range argv {
+		q[i] = a
+		if a == "" || strings.ContainsAny(a, " \t\n'\"\\$`|&;<>()*?[]#~") {
+			q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(q, " ")
 }

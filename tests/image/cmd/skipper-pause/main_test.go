@@ -60,7 +60,7 @@ func TestPause(t *testing.T) {
 			// The child exits at once and stays a zombie until reaped,
 			// which main does only once its handlers are installed: a
 			// signal sent after that is main's to handle.
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) { // sleep: poll (a nested module: no internal/poll)
 				if _, err := os.Stat(fmt.Sprintf("/proc/%d", child)); errors.Is(err, os.ErrNotExist) {
 					break
 				}
