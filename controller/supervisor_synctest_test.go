@@ -244,7 +244,7 @@ func TestScaleUpBacksOffAfterFailedClaims(t *testing.T) {
 			if n := assigned.Load(); n != seen {
 				at, seen = append(at, time.Since(start)), n
 			}
-			tick(cfg)
+			passTick(cfg)
 		}
 		var gaps []time.Duration
 		for i := 1; i < len(at); i++ {
@@ -308,9 +308,9 @@ func (r *hubRouter) update() *skipperv1.AssignmentUpdate {
 	return r.latest
 }
 
-// tick lets one scale interval of fake time pass and everything it sets
+// passTick lets one scale interval of fake time pass and everything it sets
 // off run.
-func tick(cfg Config) {
+func passTick(cfg Config) {
 	time.Sleep(cfg.ScaleInterval) // sleep: behaviour (fake clock: a tick)
 	synctest.Wait()
 }
@@ -324,7 +324,7 @@ func TestDrainWaitsForTheRoutersAck(t *testing.T) {
 		e, c, cfg, _ := fakeTimeController(t, nil, nil)
 		r := newHubRouter(t, c, "skipper-system/router-a")
 		live := func() int { return len(e.livePods("hello")) }
-		for start := time.Now(); live() != 3 || len(r.update().GetInstances()) != 3; tick(cfg) {
+		for start := time.Now(); live() != 3 || len(r.update().GetInstances()) != 3; passTick(cfg) {
 			if time.Since(start) > 5*cfg.ScaleInterval {
 				t.Fatalf("%d instances, update %v, after 5 intervals of 3 in flight; want 3", live(), r.latest)
 			}
@@ -334,7 +334,7 @@ func TestDrainWaitsForTheRoutersAck(t *testing.T) {
 
 		// The load drops to one: after the stabilization window two
 		// instances are withdrawn.
-		for start := time.Now(); len(r.update().GetInstances()) != 1; tick(cfg) {
+		for start := time.Now(); len(r.update().GetInstances()) != 1; passTick(cfg) {
 			if time.Since(start) > 2*cfg.ScaleDownStabilization {
 				t.Fatalf("no withdrawal to one instance within %s of the load dropping: update %v", 2*cfg.ScaleDownStabilization, r.latest)
 			}
@@ -346,10 +346,10 @@ func TestDrainWaitsForTheRoutersAck(t *testing.T) {
 				t.Fatalf("%d instances before the router acked the withdrawal, want 3", n)
 			}
 			r.load(1)
-			tick(cfg)
+			passTick(cfg)
 		}
 		r.rs.ack("default/hello", withdrawal)
-		for start := time.Now(); live() != 1; tick(cfg) {
+		for start := time.Now(); live() != 1; passTick(cfg) {
 			if time.Since(start) > 2*cfg.ScaleInterval {
 				t.Fatalf("%d instances two intervals after the ack, want 1", live())
 			}
@@ -388,7 +388,7 @@ func TestPodReachesRoutersOnlyAfterItsAssign(t *testing.T) {
 		}
 		// Three ticks with the assign pending (within --assign-timeout).
 		for range 3 {
-			tick(cfg)
+			passTick(cfg)
 			if u := r.update(); len(u.GetInstances()) != 0 {
 				t.Fatalf("the router was handed %v before the instance accepted", u.GetInstances())
 			}
@@ -439,7 +439,7 @@ func TestReportOutOfBoundsChangesNothing(t *testing.T) {
 			t.Fatal("no violations in a report out of bounds")
 		}
 		for range 10 {
-			tick(cfg)
+			passTick(cfg)
 		}
 		if n, claimed := assigned.Load(), e.claimedPods(); n != 0 || len(claimed) != 0 {
 			t.Errorf("a report out of bounds led to %d assigns, claimed %v", n, claimed)

@@ -156,7 +156,7 @@ func TestKilledAfterAssignAdopted(t *testing.T) {
 		}
 		// The record follows the assign off the call's path: a call can
 		// be served before its pod's label lands.
-		eventually(t, 30*time.Second, "pod "+e.Pod.Name+" labelled for "+fn, func(ctx context.Context) error {
+		poll.Until(t, 30*time.Second, pollInterval, "pod "+e.Pod.Name+" labelled for "+fn, func(ctx context.Context) error {
 			p, err := env.kube.CoreV1().Pods("default").Get(ctx, e.Pod.Name, metav1.GetOptions{})
 			if err != nil {
 				return err

@@ -122,7 +122,7 @@ func TestCallersRefused(t *testing.T) {
 	// the sum below), waited out as above.
 	servedAllowed := func(router string, call func() (int, string, error)) (unknown float64) {
 		t.Helper()
-		eventually(t, 30*time.Second, router+" serves the allowed caller", func(context.Context) error {
+		poll.Until(t, 30*time.Second, pollInterval, router+" serves the allowed caller", func(context.Context) error {
 			code, body, err := call()
 			if err != nil {
 				return err
