@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"sort"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"skipper.dev/skipper/controller/flagenv"
+	"skipper.dev/skipper/internal/loglevel"
 )
 
 // Config is everything the controller binary can be told. Defaults live in
@@ -368,7 +368,7 @@ func (c Config) Validate() error {
 	if c.KubeAPIBurst <= 0 {
 		add("--kube-api-burst: must be positive, got %d", c.KubeAPIBurst)
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
+	if _, err := loglevel.Parse(c.LogLevel); err != nil {
 		add("--log-level: %v", err)
 	}
 	if c.Auth != authTokenReview && c.Auth != authNone {
@@ -401,14 +401,6 @@ func (c Config) serviceAccount(v, def string) (saRef, error) {
 // minRecvMsgSize is the smallest --grpc-max-recv-msg-size accepted: below
 // it, a router's ordinary report would not fit.
 const minRecvMsgSize = 64 << 10
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return l, fmt.Errorf("%q is not one of debug, info, warn, error", s)
-	}
-	return l, nil
-}
 
 // advertise returns the ring address of this replica given the address the
 // gRPC listener is bound to.

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
-	"os"
 
 	"skipper.dev/skipper/bpf"
 	"skipper.dev/skipper/controller/flagenv"
@@ -57,11 +56,8 @@ Flags (each falls back to the environment variables shown; flags win):
 	return c, errors.Join(errs...)
 }
 
-// runCleanup is bpf-cleanup over the process's environment: Run (run.go)
-// does not yet take the lookup from main as the other binaries' Run do
-// (issue 32).
-func runCleanup(args []string, stderr io.Writer) error {
-	c, err := ParseCleanupConfig(args, os.LookupEnv, stderr)
+func runCleanup(args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+	c, err := ParseCleanupConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -3,13 +3,14 @@ package noderouter
 import (
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"time"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/internal/loglevel"
+	"skipper.dev/skipper/noderouter/route"
 )
 
 // Modes the router runs in.
@@ -149,7 +150,7 @@ type Config struct {
 	CacheIdleTimeout time.Duration
 
 	// CgroupRoot is where the pods' cgroups are looked for, relative to the
-	// mount of each cgroup hierarchy found in /proc/mounts; the CPU and
+	// mount of each cgroup hierarchy found in /proc/self/mountinfo; the CPU and
 	// memory of the instances on this node are read there for the reports.
 	// Empty: not read.
 	CgroupRoot string
@@ -171,7 +172,7 @@ type Config struct {
 	// otherwise run without) or BPFRequired (fail start-up without).
 	BPF string
 	// BPFCgroup is the cgroup2 directory the steering programs attach to:
-	// empty, the cgroup2 mount found in /proc/mounts; absolute, that
+	// empty, the cgroup2 mount found in /proc/self/mountinfo; absolute, that
 	// directory, or its "unified" subdirectory when it holds the cgroup2
 	// hierarchy of a hybrid host (a hostPath of the host's /sys/fs/cgroup);
 	// relative, that path under the cgroup2 mount (the local cluster passes
@@ -278,7 +279,7 @@ func (c Config) Validate() error {
 	if c.ControllerTLSServerName != "" && !isDNSName(c.ControllerTLSServerName) {
 		errs = append(errs, fmt.Errorf("--controller-tls-server-name %q is not a DNS name", c.ControllerTLSServerName))
 	}
-	if c.DefaultNamespace != "" && !isLabel(c.DefaultNamespace) {
+	if c.DefaultNamespace != "" && !route.IsDNSLabel(c.DefaultNamespace) {
 		errs = append(errs, fmt.Errorf("--default-namespace %q is not a DNS label", c.DefaultNamespace))
 	}
 	pos := func(d time.Duration, flag string) {
@@ -339,8 +340,8 @@ func (c Config) Validate() error {
 	if c.MaxIdleConnsPerHost < 1 {
 		errs = append(errs, fmt.Errorf("--max-idle-conns-per-host %d must be at least 1", c.MaxIdleConnsPerHost))
 	}
-	if _, err := parseLevel(c.LogLevel); err != nil {
-		errs = append(errs, err)
+	if _, err := loglevel.Parse(c.LogLevel); err != nil {
+		errs = append(errs, fmt.Errorf("--log-level: %w", err))
 	}
 	errs = append(errs, c.validateSteering()...)
 	return errors.Join(errs...)
@@ -443,24 +444,3 @@ func (c Config) validateSteering() []error {
 // maxNegativeCacheTTL keeps the brief's promise that a new Function is
 // callable within 2s of its creation.
 const maxNegativeCacheTTL = time.Second
-
-func isLabel(s string) bool {
-	if len(s) == 0 || len(s) > 63 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !('a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' && i > 0 && i < len(s)-1) {
-			return false
-		}
-	}
-	return true
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("--log-level %q: want debug, info, warn or error", s)
-	}
-	return l, nil
-}

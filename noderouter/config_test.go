@@ -18,7 +18,7 @@ import (
 
 func TestHelpGolden(t *testing.T) {
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, &out); err != nil {
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatal(err)
 	}
 	golden.Check(t, "help.golden", out.Bytes())
@@ -166,7 +166,7 @@ func TestParseConfig(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			e := maps.Clone(env)
 			maps.Copy(e, tt.env)
-			got, err := parseConfig(tt.args, flagenv.Map(e), io.Discard)
+			got, err := ParseConfig(tt.args, flagenv.Map(e), io.Discard)
 			if tt.wantErr != nil {
 				if err == nil {
 					t.Fatal("want an error")
@@ -191,7 +191,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
-	err := Run(t.Context(), []string{"--node-name="}, io.Discard)
+	err := Run(t.Context(), []string{"--node-name="}, flagenv.Map(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--node-name is required") {
 		t.Fatalf("err = %v", err)
 	}
@@ -202,7 +202,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 
 func TestCleanupHelpGolden(t *testing.T) {
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, &out); err != nil {
+	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatal(err)
 	}
 	golden.Check(t, "bpf-cleanup-help.golden", out.Bytes())

@@ -150,7 +150,7 @@
 // Instance resources (usage.go, cgroup/): with --cgroup-root (default "/";
 // empty: off) the router reads, once per --report-interval, the cgroups of
 // the cached instances whose Node is this router's node (hierarchies from
-// /proc/mounts: cgroup2 where it has the controller, else v1 cpuacct /
+// /proc/self/mountinfo: cgroup2 where it has the controller, else v1 cpuacct /
 // memory; the pod's directory found below --cgroup-root by the kubelet's
 // naming) and reports cpu_millicores (usage delta between samples) and
 // memory_bytes (working set) per instance. Instances on other nodes, or

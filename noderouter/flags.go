@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -88,12 +87,12 @@ func (c *Config) flagSet() (*flag.FlagSet, flagenv.Vars) {
 	fs.IntVar(&c.MaxInFlight, "max-in-flight", c.MaxInFlight, "requests the router handles at once, across all functions (queued and cold ones included); more: 503 with Retry-After and a JSON reason (router_overloaded); 0: no limit")
 	dur(&c.CacheIdleTimeout, "cache-idle-timeout", "a function's cache entry with no request for this long and no instance assigned is dropped with its metric series; the next request asks the controller again")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
-	str(&c.CgroupRoot, "cgroup-root", "directory below each cgroup hierarchy's mount (from /proc/mounts) where the pods' cgroups are found by the kubelet's naming; the CPU and memory of this node's instances are read there for the reports (a DaemonSet mounts the host's /sys/fs/cgroup); empty: not read")
+	str(&c.CgroupRoot, "cgroup-root", "directory below each cgroup hierarchy's mount (from /proc/self/mountinfo) where the pods' cgroups are found by the kubelet's naming; the CPU and memory of this node's instances are read there for the reports (a DaemonSet mounts the host's /sys/fs/cgroup); empty: not read")
 	str(&c.LocalAddress, "local-address", "node-local IPv4 address kept on dummy link skipper0 (or as lo:skipper where dummy links are unsupported) and served on at --local-port; BPF steers calls there; needs CAP_NET_ADMIN (and CAP_NET_BIND_SERVICE for a port below 1024); empty: off")
 	fs.IntVar(&c.LocalPort, "local-port", c.LocalPort, "data-plane port on --local-address")
 	dur(&c.LocalAddressInterval, "local-address-interval", "how often --local-address is checked and restored if removed")
 	str(&c.BPF, "bpf", "eBPF steering of calls to --bpf-vips to --local-address: off; auto (on when the kernel and capabilities allow, otherwise logged and off); required (start-up fails without it)")
-	str(&c.BPFCgroup, "bpf-cgroup", "cgroup2 directory whose sockets are steered: absolute (or its unified/ subdirectory on a hybrid host; in a DaemonSet the host's /sys/fs/cgroup by hostPath), relative to the cgroup2 mount (the local cluster passes skipper/<node>), or empty: the cgroup2 mount in /proc/mounts")
+	str(&c.BPFCgroup, "bpf-cgroup", "cgroup2 directory whose sockets are steered: absolute (or its unified/ subdirectory on a hybrid host; in a DaemonSet the host's /sys/fs/cgroup by hostPath), relative to the cgroup2 mount (the local cluster passes skipper/<node>), or empty: the cgroup2 mount in /proc/self/mountinfo")
 	str(&c.BPFPinDir, "bpf-pin-dir", "bpffs directory where steering is pinned so it survives router restarts; empty: not pinned")
 	fs.Var(listFlag{&c.BPFVIPs}, "bpf-vips", "comma-separated ip:port list of steered destinations; empty: the ClusterIPs and ports of --bpf-service, followed as it changes")
 	fs.BoolVar(&c.BPFSkMsg, "bpf-sk-msg", c.BPFSkMsg, "with BPF steering, also redirect payload between steered callers' sockets and this router's (sk_msg on a sockhash), skipping the TCP/IP stack on the node")
@@ -102,18 +101,11 @@ func (c *Config) flagSet() (*flag.FlagSet, flagenv.Vars) {
 	return fs, flagenv.Names(fs, downward)
 }
 
-// ParseConfig is parseConfig over the process's environment, for Run
-// (run.go), which does not yet take the lookup from main as the other
-// binaries' Run do (issue 32).
-func ParseConfig(args []string, w io.Writer) (Config, error) {
-	return parseConfig(args, os.LookupEnv, w)
-}
-
-// parseConfig builds a Config from the defaults, the environment variables
+// ParseConfig builds a Config from the defaults, the environment variables
 // getenv looks up and args, by flagenv's rules (flags win over the
 // environment). It returns flag.ErrHelp after writing usage to w for
 // --help, and a validated Config otherwise.
-func parseConfig(args []string, getenv func(string) (string, bool), w io.Writer) (Config, error) {
+func ParseConfig(args []string, getenv func(string) (string, bool), w io.Writer) (Config, error) {
 	c := DefaultConfig()
 	fs, vars := c.flagSet()
 	if err := flagenv.Parse(fs, vars, args, getenv); err != nil {

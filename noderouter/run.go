@@ -29,13 +29,14 @@ import (
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
-// Run parses args, serves until ctx is cancelled, then drains. --help
-// writes usage to stderr and returns nil.
-func Run(ctx context.Context, args []string, stderr io.Writer) error {
+// Run parses args (their environment fallbacks looked up by getenv,
+// package os's LookupEnv from main), serves until ctx is cancelled, then
+// drains. --help writes usage to stderr and returns nil.
+func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "bpf-cleanup" {
-		return runCleanup(args[1:], stderr)
+		return runCleanup(args[1:], getenv, stderr)
 	}
-	cfg, err := ParseConfig(args, stderr)
+	cfg, err := ParseConfig(args, getenv, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"skipper.dev/skipper/internal/tick"
 	"skipper.dev/skipper/noderouter/route"
@@ -25,7 +27,10 @@ import (
 // with jittered exponential backoff.
 func (cp *controlPlane) streamLoop(ctx context.Context, c *controller) {
 	log := cp.log.With("controller", c.addr)
-	backoff := cp.cfg.ReconnectMin
+	fresh := func() wait.Backoff {
+		return wait.Backoff{Duration: cp.cfg.ReconnectMin, Factor: 2, Cap: cp.cfg.ReconnectMax, Steps: math.MaxInt32}
+	}
+	backoff := fresh()
 	for first := true; ; first = false {
 		if !first {
 			cp.m.reconnects.Inc()
@@ -35,14 +40,14 @@ func (cp *controlPlane) streamLoop(ctx context.Context, c *controller) {
 			return
 		}
 		if welcomed {
-			backoff = cp.cfg.ReconnectMin
+			backoff = fresh()
 		}
-		// Full jitter in [backoff/2, backoff) spreads a fleet of routers that
+		// Full jitter in [step/2, step) spreads a fleet of routers that
 		// lost the same controller.
-		wait := backoff/2 + rand.N(backoff/2+1)
-		log.Warn("controller stream ended; reconnecting", "err", err, "in", wait.String())
-		backoff = min(2*backoff, cp.cfg.ReconnectMax)
-		t := time.NewTimer(wait)
+		step := backoff.Step()
+		in := step/2 + rand.N(step/2+1)
+		log.Warn("controller stream ended; reconnecting", "err", err, "in", in.String())
+		t := time.NewTimer(in)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -247,7 +252,7 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) (rep *pb.
 		}
 		fr := &pb.FunctionReport{
 			Function:        &pb.FunctionRef{Namespace: e.Ref.Namespace, Name: e.Ref.Name},
-			InFlight:        clampU32(e.InFlight.Load()),
+			InFlight:        pb.ClampUint32(e.InFlight.Load()),
 			Queued:          uint32(e.Queued()),
 			RequestsTotal:   e.Requests.Load(),
 			ErrorsTotal:     e.Errors.Load(),
@@ -257,7 +262,7 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) (rep *pb.
 			fr.Generation = a.Generation
 			for _, in := range a.Instances {
 				ir := &pb.InstanceReport{
-					Pod: in.Pod, PodUid: in.PodUID, InFlight: clampU32(in.InFlight.Load()), RequestsTotal: in.Requests.Load(),
+					Pod: in.Pod, PodUid: in.PodUID, InFlight: pb.ClampUint32(in.InFlight.Load()), RequestsTotal: in.Requests.Load(),
 				}
 				if u, ok := cp.usage.get(in.PodUID); ok {
 					if u.hasCPU {
@@ -273,11 +278,4 @@ func (cp *controlPlane) report(addr string, seq uint64, now time.Time) (rep *pb.
 		rep.Functions = append(rep.Functions, fr)
 	}
 	return rep, last
-}
-
-func clampU32(v int64) uint32 {
-	if v < 0 {
-		return 0
-	}
-	return uint32(min(v, int64(^uint32(0))))
 }

@@ -8,6 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"skipper.dev/skipper/controller/flagenv"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles/tlstest"
 )
@@ -83,7 +84,7 @@ func TestControllersOverTLS(t *testing.T) {
 // A --controller-tls-dir that cannot be used stops the router at start.
 func TestRunControllerTLSDirBad(t *testing.T) {
 	dir := tlstest.NewDir(t, map[string][]byte{tlsfiles.CAFile: []byte("not PEM")}).Path
-	err := Run(t.Context(), []string{"--node-name=n1", "--pod-name=r1", "--controller-addresses=127.0.0.1:1", "--controller-tls-dir=" + dir}, io.Discard)
+	err := Run(t.Context(), []string{"--node-name=n1", "--pod-name=r1", "--controller-addresses=127.0.0.1:1", "--controller-tls-dir=" + dir}, flagenv.Map(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--controller-tls-dir: tls: ca.crt in "+dir+": no PEM certificate") {
 		t.Fatalf("Run: %v", err)
 	}

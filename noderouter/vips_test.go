@@ -68,7 +68,7 @@ func TestResolveCgroup(t *testing.T) {
 			}
 		})
 	}
-	// The real machine: whatever /proc/mounts says, the mount itself is
+	// The real machine: whatever /proc/self/mountinfo says, the mount itself is
 	// cgroup2 and a temporary directory is not.
 	if m, err := resolveCgroup("", bpf.Cgroup2Mount, isCgroup2); err != nil || !isCgroup2(m) {
 		t.Errorf("real cgroup2 mount: %q, %v", m, err)

@@ -14,7 +14,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := noderouter.Run(ctx, os.Args[1:], os.Stderr)
+	err := noderouter.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "skipper-noderouter:", err)

@@ -63,7 +63,7 @@
 //
 // # Driving it
 //
-// Run(ctx, args, stderr) is the whole command line of bin/skipper-cluster
+// Run(ctx, args, getenv, stderr) is the whole command line of bin/skipper-cluster
 // (`up`, `down`, `stop NAME`, `start NAME`, `--help`). Up blocks until ctx
 // is cancelled (SIGINT/SIGTERM) or a child dies, then tears down exactly as
 // Down does.

@@ -18,7 +18,7 @@ func TestHelpGolden(t *testing.T) {
 	// The usage shows the defaults whatever the environment says.
 	env := flagenv.Map(map[string]string{"SKIPPER_NODES": "5", "SKIPPER_READY_FUNCTION": "x/y", "SKIPPER_STOP_TIMEOUT": "soon"})
 	var out bytes.Buffer
-	if err := run(t.Context(), []string{"--help"}, env, &out); err != nil {
+	if err := Run(t.Context(), []string{"--help"}, env, &out); err != nil {
 		t.Fatal(err)
 	}
 	golden.Check(t, "help.golden", out.Bytes())

@@ -7,19 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
 	"strings"
 )
 
-// Run is the command line of bin/skipper-cluster: `up`, `down` or `--help`,
-// over the process's environment: tests/cmd/skipper-cluster does not yet
-// pass the lookup from main as the other binaries do (issue 32).
-func Run(ctx context.Context, args []string, stderr io.Writer) error {
-	return run(ctx, args, os.LookupEnv, stderr)
-}
-
-// run is Run with the flags' environment fallbacks looked up by getenv.
-func run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
+// Run is the command line of bin/skipper-cluster: `up`, `down` or `--help`;
+// getenv looks up the flags' environment fallbacks (package os's LookupEnv,
+// from main).
+func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usageHead)
 		return errors.New("want a command: up or down")

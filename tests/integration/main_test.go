@@ -123,7 +123,7 @@ func startRouter(ctx context.Context, kubeconfig string) (<-chan error, error) {
 	done := make(chan error, 1)
 	go func() {
 		defer log.Close()
-		err := noderouter.Run(ctx, args, log)
+		err := noderouter.Run(ctx, args, os.LookupEnv, log)
 		cleanup() // ctx has ended: the renewals stop, the identity pod goes
 		done <- err
 	}()

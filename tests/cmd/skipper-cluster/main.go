@@ -16,7 +16,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := cluster.Run(ctx, os.Args[1:], os.Stderr); err != nil {
+	if err := cluster.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "skipper-cluster:", err)
 		stop()
 		os.Exit(1)
