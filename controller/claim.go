@@ -273,10 +273,21 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 			}
 			return nil, fmt.Errorf("%w: %v", errClaimLost, err)
 		}
+		if errors.Is(err, errUnreached) && ctx.Err() != nil {
+			// The claim ended before a connection: nothing was sent, the
+			// pod stays the pool's.
+			return nil, fmt.Errorf("claim for function %s: %w", fn.Key(), err)
+		}
 		// The instance may or may not have accepted: it can serve nobody
 		// else either way, and it is still the pool's. Give it up so the
 		// pool makes a new one.
 		c.deleteOrphan(p, err)
+		if errors.Is(err, errUnreached) {
+			// No connection was had, so the assign was never sent: the pod
+			// is gone or cut off, whatever the cache says (it lags after
+			// an API server outage). The claim moves to the next pod.
+			return nil, fmt.Errorf("%w: %v", errClaimLost, err)
+		}
 		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", p.Namespace, p.Name, fn.Key(), err)
 	}
 	info.At = time.Now()
@@ -288,6 +299,10 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 	c.log.Debug("claim timing", "function", fn.Key(), "pod", p.Name, "assign", info.At.Sub(start))
 	return claimedCopy(p, fn, info), nil
 }
+
+// errUnreached marks an assign that had no connection to the instance:
+// nothing was sent.
+var errUnreached = errors.New("instance not reached")
 
 // errClaimLost means the pod is not to be had (another function holds
 // its instance, or it changed first); try the next.
@@ -349,14 +364,17 @@ func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alph
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
 	defer cancel()
 	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port))) + assign.Path
-	var gotReused bool
-	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { gotReused = i.Reused }})
+	var gotConn, gotReused bool
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { gotConn, gotReused = true, i.Reused }})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return false, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
+	if err != nil && !gotConn {
+		return false, fmt.Errorf("POST %s: %w: %w", url, errUnreached, err)
+	}
 	if err != nil {
 		return gotReused, fmt.Errorf("POST %s: %w", url, err)
 	}

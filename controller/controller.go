@@ -3,6 +3,7 @@ package controller
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -142,7 +143,11 @@ func newController(cfg Config, self string, log *slog.Logger, core kubernetes.In
 		metrics: m,
 		// Kept-alive connections to instances, one per pool pod at most:
 		// the assign goes out on the one preconnect opened.
+		// A dial has assignDialTimeout of the assign's time: a pod the
+		// cache still lists but which is gone costs a claim that much
+		// before it tries the next.
 		http: &http.Client{Transport: &http.Transport{
+			DialContext:  (&net.Dialer{Timeout: assignDialTimeout}).DialContext,
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1, IdleConnTimeout: assignIdleTimeout,
 			DisableCompression: true,
 		}},

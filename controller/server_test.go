@@ -1227,3 +1227,25 @@ func TestUnrecordedOneshotAdoptedAfterTheGrace(t *testing.T) {
 		return nil
 	})
 }
+
+// TestClaimPassesOverAnUnreachablePod: a pool pod the cache lists but
+// nothing answers at (gone, the informer behind) costs a claim its dial,
+// not the call: the claim deletes it and takes the next pod.
+func TestClaimPassesOverAnUnreachablePod(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	// gone is the older, so the first tried; nothing listens on its IP.
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"),
+		poolPod("gone", "echo", ip("127.0.0.9"), readyAt(t0.Add(-time.Hour))), poolPod("p1", "echo"))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if got := resp.GetInstances(); len(got) != 1 || got[0].GetPod() != "p1" {
+		t.Errorf("instances %v, want p1", got)
+	}
+	if _, err := e.core.CoreV1().Pods("default").Get(t.Context(), "gone", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("pod gone after its assign reached nobody: err = %v, want NotFound (deleted)", err)
+	}
+}
