@@ -16,6 +16,7 @@ COPY controller ./controller
 COPY noderouter ./noderouter
 COPY proto ./proto
 COPY bpf ./bpf
+COPY internal ./internal
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/skipper-controller ./cmd/skipper-noderouter ./cmd/skipper-echo
 
 FROM gcr.io/distroless/static-debian12:nonroot

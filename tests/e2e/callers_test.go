@@ -161,9 +161,13 @@ func TestCallersRefused(t *testing.T) {
 	if code, body = callFrom(other, "echo"); code != http.StatusOK {
 		t.Errorf("the refused pod calling default/echo, which lists no callers: %d %s", code, body)
 	}
-	if n := instances(t, fn); n != 1 {
-		t.Errorf("%d instances after the served calls, want 1", n)
-	}
+	// The record (the pod's label) lands after the call that claimed it.
+	poll.Until(t, 10*time.Second, pollInterval, "one instance after the served calls", func(context.Context) error {
+		if n := instances(t, fn); n != 1 {
+			return fmt.Errorf("%d instances, want 1", n)
+		}
+		return nil
+	})
 
 	// The instance checks too: a call that goes around the routers to the
 	// pod itself, saying nobody, is refused by the instance.

@@ -134,19 +134,22 @@ func TestClaimedInstanceRetiredOnRestart(t *testing.T) {
 	createFunction(t, fn, map[string]any{"idleTimeout": "5m"})
 	ref := "default/" + fn
 	uid := firstCall(t, ref)
-	pods, err := env.kube.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The record (the function label) follows the assign off the call's
+	// path: the answering pod may not be labelled yet.
 	var inst *corev1.Pod
-	for i := range pods.Items {
-		if string(pods.Items[i].UID) == uid {
-			inst = &pods.Items[i]
+	poll.Until(t, 30*time.Second, pollInterval, "the pod that answered labelled for "+fn, func(ctx context.Context) error {
+		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + fn})
+		if err != nil {
+			return err
 		}
-	}
-	if inst == nil {
-		t.Fatalf("the pod %s that answered is not an instance of %s", uid, fn)
-	}
+		for i := range pods.Items {
+			if string(pods.Items[i].UID) == uid {
+				inst = &pods.Items[i]
+				return nil
+			}
+		}
+		return fmt.Errorf("the pod %s that answered is not (yet) an instance of %s", uid, fn)
+	})
 	container := inst.Spec.Containers[0].Name
 	runcKill(t, inst, container)
 
