@@ -188,6 +188,7 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 	deadline := time.NewTimer(c.cfg.ClaimTimeout)
 	defer deadline.Stop()
 	waiting := false
+	passedOver := false // a pod whose assign reached nobody: one per claim
 	defer func() {
 		if waiting {
 			c.metrics.poolWaiters.WithLabelValues(poolKey).Dec()
@@ -212,6 +213,19 @@ func (c *controller) claim(ctx context.Context, fn *v1alpha1.Function, port int3
 			if errors.Is(err, errClaimLost) {
 				c.log.Debug("claim lost, trying next pod", "function", fn.Key(), "pod", p.Name, "err", err)
 				continue
+			}
+			var unreached *unreachedError
+			if errors.As(err, &unreached) {
+				// Once per claim: a pod the cache lists but that is gone is
+				// passed over; a second means the pool's port, a policy or
+				// the network fails every pod, and the call is answered
+				// rather than the pool deleted.
+				if !passedOver {
+					passedOver = true
+					c.log.Info("assign reached no instance, trying the next pod", "function", fn.Key(), "pod", p.Name, "err", unreached.error)
+					continue
+				}
+				return nil, unreached.error
 			}
 			if err != nil {
 				return nil, err
@@ -282,13 +296,14 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 		// else either way, and it is still the pool's. Give it up so the
 		// pool makes a new one.
 		c.deleteOrphan(p, err)
+		failed := withReason(ErrAssign, "assign pod %s/%s to function %s: %v", p.Namespace, p.Name, fn.Key(), err)
 		if errors.Is(err, errUnreached) {
 			// No connection was had, so the assign was never sent: the pod
-			// is gone or cut off, whatever the cache says (it lags after
-			// an API server outage). The claim moves to the next pod.
-			return nil, fmt.Errorf("%w: %v", errClaimLost, err)
+			// may be gone, whatever the cache says (it lags after an API
+			// server outage). The claim may move to the next pod.
+			return nil, &unreachedError{failed}
 		}
-		return nil, withReason(ErrAssign, "assign pod %s/%s to function %s: %v", p.Namespace, p.Name, fn.Key(), err)
+		return nil, failed
 	}
 	info.At = time.Now()
 	if key := poolKeyOf(p); key != "" {
@@ -303,6 +318,11 @@ func (c *controller) claimReserved(ctx context.Context, p *corev1.Pod, fn *v1alp
 // errUnreached marks an assign that had no connection to the instance:
 // nothing was sent.
 var errUnreached = errors.New("instance not reached")
+
+// unreachedError is a claim's failure whose assign had no connection.
+type unreachedError struct{ error }
+
+func (e *unreachedError) Unwrap() error { return e.error }
 
 // errClaimLost means the pod is not to be had (another function holds
 // its instance, or it changed first); try the next.
@@ -398,14 +418,17 @@ func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alph
 func (c *controller) deleteOrphan(pod *corev1.Pod, cause error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.runCtx), c.cfg.AssignTimeout)
 	defer cancel()
-	_, err := deleteUID(ctx, c.core.CoreV1().Pods(pod.Namespace), pod.Name, pod.UID)
+	deleted, err := deleteUID(ctx, c.core.CoreV1().Pods(pod.Namespace), pod.Name, pod.UID)
 	// Until the informer shows it gone, the pod must not be handed out.
 	c.claims.retire(pod.UID, time.Now().Add(assumedTTL))
-	if err != nil {
+	switch {
+	case err != nil:
 		c.log.Error("delete pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause, "err", err)
-		return
+	case deleted:
+		c.log.Warn("deleted pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause)
+	default:
+		c.log.Info("pod whose assignment failed was gone already", "pod", pod.Namespace+"/"+pod.Name, "cause", cause)
 	}
-	c.log.Warn("deleted pod whose assignment failed", "pod", pod.Namespace+"/"+pod.Name, "cause", cause)
 }
 
 // deleteOrphans deletes the pods labelled for function key that no Function

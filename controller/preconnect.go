@@ -37,9 +37,10 @@ const preconnectRenew = 50 * time.Second
 const assignIdleTimeout = 90 * time.Second
 
 // assignDialTimeout bounds a dial to an instance (an assign's or a
-// pre-connection's), within --assign-timeout: on a node's bridge a pod
-// that is there answers at once, and one that is gone fails its ARP in 3s.
-const assignDialTimeout = 2 * time.Second
+// pre-connection's), within --assign-timeout: a pod that is there answers
+// at once, or after a lost SYN or two (1 s, 3 s); one that is gone fails
+// its ARP in 3 s, or never answers at all.
+const assignDialTimeout = 4 * time.Second
 
 // preconnectParallel bounds the pre-connections opened at once.
 const preconnectParallel = 4

@@ -1249,3 +1249,26 @@ func TestClaimPassesOverAnUnreachablePod(t *testing.T) {
 		t.Errorf("pod gone after its assign reached nobody: err = %v, want NotFound (deleted)", err)
 	}
 }
+
+// TestClaimPassesOverOneUnreachablePodOnly: when every pool pod refuses
+// the connection (the Function's port is wrong, a policy blocks the
+// controller), a call passes over one pod and is answered with the
+// second's failure: the pool is not deleted pod by pod.
+func TestClaimPassesOverOneUnreachablePodOnly(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	e.add(poolDeploy("echo"), e.fnFor("hello", "echo"),
+		poolPod("a", "echo", ip("127.0.0.9")), poolPod("b", "echo", ip("127.0.0.9")), poolPod("c", "echo", ip("127.0.0.9")))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	_, err := getInstance(t.Context(), r, "hello", nil)
+	if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "connection refused") {
+		t.Fatalf("GetInstance = %v, want Unavailable naming the refused connection", err)
+	}
+	pods, err := e.core.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) != 1 {
+		t.Errorf("%d of 3 pool pods left after one call, want 1 (two tried and deleted)", len(pods.Items))
+	}
+}

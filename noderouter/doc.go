@@ -7,8 +7,9 @@
 // limits), admit (lease.go: a lease of one instance's slot, or an answer:
 // a refusal, a queue, a cold start), forward (retry.go: send, and on a
 // failed send the one decision next makes: answer, again fresh, or
-// elsewhere) and finish (lease.done: counted and its slot given back
-// once, whichever way the request ended). Which code serves a connection:
+// elsewhere) and finish (lease.done: counted once, whichever way the
+// request ended; its slot goes back once, there or at a failed send).
+// Which code serves a connection:
 //
 //	request                                   served by
 //	HTTP/1.1, --forwarder=loop (the default)  event loops (loop*.go): warm

@@ -78,7 +78,7 @@ type lease struct {
 // and the verdict says why instead. l is filled, and is the verdict's
 // lease when the request was admitted.
 func (p *proxy) admit(l *lease, q request, ctx func() context.Context) verdict {
-	*l = lease{p: p, from: q.from, start: q.start, idempotent: q.idempotent, failed: l.failed[:0], dead: l.dead[:0]}
+	*l = lease{p: p, from: q.from, start: q.start, idempotent: q.idempotent, failed: l.failed[:0]} // dead may reach a shared GetInstance that outlives the request: never reused
 	ref, err := p.parseName(q.fh, q.host)
 	l.ref = ref
 	if err != nil {
@@ -317,6 +317,7 @@ func (l *lease) failedSend(err error, reqDone, reused, bodyStarted bool) move {
 		l.dead = append(l.dead, in.PodUID)
 	}
 	if mv == moveElsewhere {
+		l.freshTried = false // the next instance's kept-alive connection gets its fresh try too
 		l.failed = append(l.failed, in)
 		if fail != failDial {
 			l.p.log.Info("connection to instance broke before a response; retrying", "function", l.ref.String(), "pod", in.Pod, "err", err)

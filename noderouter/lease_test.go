@@ -131,6 +131,11 @@ func TestLeaseEveryExit(t *testing.T) {
 		// warmDead: the cached set is a dead instance, found warm (the
 		// owner's next answer is the healthy one).
 		warmDead bool
+		// maxAttempts: --max-attempts (0: the default).
+		maxAttempts int
+		// deadAt: warmDead's address ("": a closed port); one that is no
+		// address fails its dial at once, before any send was counted.
+		deadAt string
 	}{
 		{name: "served", path: "/", wantCode: "200"},
 		{name: "refused: body too large", method: "POST", path: "/", body: strings.Repeat("x", 2048), wantCode: "413"},
@@ -143,6 +148,7 @@ func TestLeaseEveryExit(t *testing.T) {
 		{name: "timeout", path: "/sleep", wantCode: "504"},
 		{name: "handed over mid-answer", path: "/stream", wantCode: "200", handover: handoverAnswer},
 		{name: "handed over after a failed send", path: "/", wantCode: "200", retries: 1, handover: handoverRetry, warmDead: true},
+		{name: "answered after its only send (--max-attempts 1)", path: "/", wantCode: "503", warmDead: true, maxAttempts: 1, deadAt: "256.0.0.1:80"},
 		{name: "upgraded", upgrade: true, wantCode: "101",
 			upds: []route.Update{{Instances: []route.InstanceInfo{{Pod: "ws", PodUID: "ws", Address: upgradeEcho(t)}}}}},
 	}
@@ -159,6 +165,9 @@ func TestLeaseEveryExit(t *testing.T) {
 			cfg.NodeName, cfg.PodName = "node1", "router-x"
 			cfg.MaxQueue, cfg.MaxInFlight, cfg.MaxBodyBytes = 0, 100, 1024
 			cfg.RetryBackoffBase, cfg.RetryBackoffMax = time.Millisecond, time.Millisecond
+			if tt.maxAttempts > 0 {
+				cfg.MaxAttempts = tt.maxAttempts
+			}
 			if err := cfg.Validate(); err != nil {
 				t.Fatal(err)
 			}
@@ -185,7 +194,7 @@ func TestLeaseEveryExit(t *testing.T) {
 			switch {
 			case tt.warmDead:
 				res.cache.Store(ref, route.Update{Generation: 1, Config: cfgUpd.Config,
-					Instances: []route.InstanceInfo{{Pod: "dead", PodUID: "dead", Address: deadAddress(t)}}})
+					Instances: []route.InstanceInfo{{Pod: "dead", PodUID: "dead", Address: cmpOr(tt.deadAt, deadAddress(t))}}})
 			case len(tt.upds) == 0:
 				warm()
 			}

@@ -145,6 +145,9 @@ func (l *evloop) begin(c *lconn, hlen int) {
 func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
 	ls := &c.x.ls
 	addr := ls.in.Address
+	if !fresh {
+		ls.sends++ // before the dial, as forward counts: a failed dial is a send
+	}
 	var up *lconn
 	var err error
 	if fresh {
@@ -155,9 +158,6 @@ func (l *evloop) send(c *lconn, now time.Time, fresh bool) {
 	if err != nil {
 		l.failed(c, err, false)
 		return
-	}
-	if !fresh {
-		ls.sends++
 	}
 	l.scratch, l.fields = forwardFields(&l.req, c.forIP, c.forwardedFor, ls.account, l.scratch, l.fields)
 	l.fdw.c = up

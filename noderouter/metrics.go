@@ -240,8 +240,8 @@ func newMetrics(node string) *metrics {
 		Namespace: ns, Subsystem: sub, Name: "loop_handovers_total",
 		Help: "Caller connections the event loops gave, with the request at hand, to the goroutine path (which serves them from then on), by reason: " +
 			"request (not a bodiless GET or HEAD, or a head it could not read: bodies, upgrades, h2c), cold (no cached instance: GetInstance, or oneshot), " +
-			"busy (every instance at its concurrencyLimit, or --max-in-flight reached), split (a head across reads), retry (the send failed before any answer), " +
-			"answer (in the middle: 1xx, 101, a body not framed by a length or larger than the loop's buffer), caller (a caller the function's spec.callers refuse: answered 403 there).",
+			"busy (every instance at its concurrencyLimit: the request queues there), split (a head across reads), retry (the send failed before any answer), " +
+			"answer (in the middle: 1xx, 101, a body not framed by a length or larger than the loop's buffer). Refusals (limits, callers) the loops answer themselves.",
 	}, []string{"reason"})
 	m.handovers = map[string]prometheus.Counter{}
 	for _, r := range handoverReasons {

@@ -153,6 +153,17 @@ func next(f failure, stale bool, sends, maxAttempts int, idempotent, bodyStarted
 // whose body was not started; at most --max-attempts sends, with jittered
 // exponential backoff, within the request's deadline.
 func (p *proxy) forward(ex exchange, l *lease) {
+	// Issue 13: a panic out of a transport (net/http swallows its
+	// handlers') must not keep the slot: the lease ends as a broken
+	// exchange, then the panic goes on.
+	defer func() {
+		if r := recover(); r != nil {
+			if !l.ended {
+				l.done(outcome{aborted: http.StatusBadGateway})
+			}
+			panic(r)
+		}
+	}()
 	ex.setCaller(l.account)
 	fresh := false
 	for {
