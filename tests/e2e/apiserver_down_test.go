@@ -12,10 +12,12 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/ring"
 	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/cluster"
 )
@@ -97,35 +99,68 @@ func stopAPIServer(t *testing.T) (start func()) {
 }
 
 // waitRecovered waits until the cluster has recovered from an API server
-// outage as far as the next test needs: a Function created now is
-// callable. The controllers reach the API server through the kubernetes
-// Service, whose endpoint the stopping API server withdrew and kube-proxy
-// must restore; their watches come back only after client-go's backoff.
-// Later tests give a new Function seconds, not that.
+// outage as far as the next test needs: a Function created now, one owned
+// by each controller replica, is callable. The controllers reach the API
+// server through the kubernetes Service, whose endpoint the stopping API
+// server withdrew and kube-proxy must restore; each replica's watches come
+// back only after client-go's backoff, and until then its cache may miss
+// new Functions and list pool pods that are gone. Later tests give a new
+// Function seconds, not that.
 func waitRecovered(t *testing.T) {
 	t.Helper()
-	name := fmt.Sprintf("e2e-recovered-%d", time.Now().UnixNano()%100000)
 	fns := env.dyn.Resource(v1alpha1.Resource).Namespace("default")
-	obj := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "Function",
-		"metadata": map[string]any{"name": name, "namespace": "default"},
-		"spec":     map[string]any{"pool": "echo", "maxInstances": int64(1)},
-	}}
 	began := time.Now()
-	poll.Until(t, 2*time.Minute, pollInterval, "a Function created after the outage callable", func(ctx context.Context) error {
-		if _, err := fns.Get(ctx, name, metav1.GetOptions{}); err != nil {
-			if _, err := fns.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
-				return fmt.Errorf("create Function %s: %w", name, err)
+	var names []string
+	poll.Until(t, 2*time.Minute, pollInterval, "a Function for each controller replica", func(ctx context.Context) error {
+		list, err := env.kube.DiscoveryV1().EndpointSlices("skipper-system").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=skipper-controller"})
+		if err != nil {
+			return err
+		}
+		var eps []*discoveryv1.EndpointSlice
+		for i := range list.Items {
+			eps = append(eps, &list.Items[i])
+		}
+		members := ring.MembersFromEndpointSlices(eps, ring.PortName)
+		r, err := ring.New(members)
+		if err != nil || len(members) == 0 {
+			return fmt.Errorf("controller ring of %v: %v", members, err)
+		}
+		names = names[:0]
+		base := time.Now().UnixNano() % 100000
+		for _, m := range members {
+			for i := range 1000 {
+				name := fmt.Sprintf("e2e-recovered-%d-%d", base, i)
+				if r.Owner("default/"+name) == m {
+					names = append(names, name)
+					break
+				}
 			}
 		}
-		_, err := callPod(t, &http.Client{Timeout: 10 * time.Second}, "default/"+name, "")
-		return err
+		return nil
 	})
-	t.Logf("a new Function callable %s after the API server was back", time.Since(began).Round(100*time.Millisecond))
+	for _, name := range names {
+		obj := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.SchemeGroupVersion.String(), "kind": "Function",
+			"metadata": map[string]any{"name": name, "namespace": "default"},
+			"spec":     map[string]any{"pool": "echo", "maxInstances": int64(1)},
+		}}
+		poll.Until(t, 2*time.Minute, pollInterval, "Function "+name+", created after the outage, callable", func(ctx context.Context) error {
+			if _, err := fns.Get(ctx, name, metav1.GetOptions{}); err != nil {
+				if _, err := fns.Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+					return fmt.Errorf("create Function %s: %w", name, err)
+				}
+			}
+			_, err := callPod(t, &http.Client{Timeout: 10 * time.Second}, "default/"+name, "")
+			return err
+		})
+	}
+	t.Logf("a new Function of each of %d controller replicas callable %s after the API server was back", len(names), time.Since(began).Round(100*time.Millisecond))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := fns.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Errorf("delete Function %s: %v", name, err)
+	for _, name := range names {
+		if err := fns.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			t.Errorf("delete Function %s: %v", name, err)
+		}
 	}
 }
 
