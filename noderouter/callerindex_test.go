@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/callers"
 )
 
@@ -67,12 +68,9 @@ func TestWatchCallers(t *testing.T) {
 	if err := cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "a"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); idx.Len() != 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("a deleted pod is still indexed")
-		}
-		time.Sleep(5 * time.Millisecond) // sleep: poll
-	}
+	poll.Until(t, 5*time.Second, pollInterval, "the deleted pod unindexed", func(context.Context) error {
+		return unmet(idx.Len() == 0, "%d pods indexed", idx.Len())
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("watchPods: %v", err)

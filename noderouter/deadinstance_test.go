@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -156,8 +157,9 @@ func TestBackoffRespectsCancellation(t *testing.T) {
 		t.Fatalf("err = %v, want the caller's deadline", err)
 	}
 	m := h.rt.m
-	poll(t, "the router to answer the gone caller", func() bool {
-		return counter(m.requests.WithLabelValues("default/echo", "499")) == 1
+	poll.Until(t, pollTimeout, pollInterval, "the router to answer the gone caller", func(context.Context) error {
+		got := counter(m.requests.WithLabelValues("default/echo", "499"))
+		return unmet(got == 1, "requests_total{499} = %v", got)
 	})
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the router waited %v after the caller left", d)

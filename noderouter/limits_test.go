@@ -3,6 +3,7 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,20 +17,21 @@ import (
 	"time"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
-// poll waits until cond holds.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // sleep: poll
+// pollTimeout and pollInterval bound and pace the tests' poll.Until calls.
+const pollTimeout, pollInterval = 10 * time.Second, 5 * time.Millisecond
+
+// unmet is a poll.Until condition's answer: nil when ok, else an error
+// saying what was seen.
+func unmet(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
 	}
+	return fmt.Errorf(format, args...)
 }
 
 // send makes one request, safe to call from many goroutines.
@@ -129,7 +131,10 @@ func TestNegativeCacheFlood(t *testing.T) {
 	// anyone flushing the negative cache.
 	fake.handle("default/nope", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	created := time.Now()
-	poll(t, "the new function to answer", func() bool { return h.call(t, "default/nope").status == 200 })
+	poll.Until(t, pollTimeout, pollInterval, "the new function to answer", func(context.Context) error {
+		r := h.call(t, "default/nope")
+		return unmet(r.status == 200, "status %d", r.status)
+	})
 	if d := time.Since(created); d > 2*time.Second {
 		t.Errorf("new function callable after %v, want ≤ 2s", d)
 	}
@@ -194,11 +199,11 @@ func TestKillInstanceMidLoad(t *testing.T) {
 			}
 		})
 	}
-	poll(t, "warm load", func() bool { return done.Load() >= 200 })
+	poll.Until(t, pollTimeout, pollInterval, "warm load", func(context.Context) error { return unmet(done.Load() >= 200, "%d requests done", done.Load()) })
 	b.Listener.Close()
 	b.CloseClientConnections()
 	killed := done.Load()
-	poll(t, "load after the kill", func() bool { return done.Load() >= killed+400 })
+	poll.Until(t, pollTimeout, pollInterval, "load after the kill", func(context.Context) error { return unmet(done.Load() >= killed+400, "%d requests done", done.Load()) })
 	close(stop)
 	wg.Wait()
 

@@ -22,6 +22,7 @@ import (
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // warmPoolPod is a ready, unclaimed pool pod at addr (host:port).
@@ -145,10 +146,10 @@ func TestPreconnectFromTheWatch(t *testing.T) {
 		return slices.Sorted(maps.Keys(pc.targets))
 	}
 	// The handlers run after the cache is filled: wait for both pods'.
-	poll(t, "one target (bound 1) and one turned away", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "one target (bound 1) and one turned away", func(context.Context) error {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
-		return len(pc.targets) == 1 && pc.missed
+		return unmet(len(pc.targets) == 1 && pc.missed, "%d targets, missed %v", len(pc.targets), pc.missed)
 	})
 	first := targets()
 	other := map[string]string{"a": "b", "b": "a"}[first[0]]
@@ -156,7 +157,7 @@ func TestPreconnectFromTheWatch(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Update(ctx, claimed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the claimed pod dropped", func() bool { return len(targets()) == 0 })
+	poll.Until(t, pollTimeout, pollInterval, "the claimed pod dropped", func(context.Context) error { return unmet(len(targets()) == 0, "%d targets", len(targets())) })
 	pc.fill()
 	if got := targets(); len(got) != 1 || got[0] != other {
 		t.Errorf("after a fill: targets %v, want [%s]", got, other)
@@ -214,7 +215,10 @@ func TestFirstCallUsesPreconnection(t *testing.T) {
 		rt.pre = newPreconnector(rt.proxy.pool, 4, time.Minute, rt.m, rt.log)
 	})
 	h.rt.pre.observe(warmPoolPod(t, "uid-1", e.addr), false)
-	poll(t, "the pre-connection pooled", func() bool { return h.rt.proxy.pool.idleCount(e.addr) == 1 })
+	poll.Until(t, pollTimeout, pollInterval, "the pre-connection pooled", func(context.Context) error {
+		got := h.rt.proxy.pool.idleCount(e.addr)
+		return unmet(got == 1, "%d idle", got)
+	})
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -164,9 +165,9 @@ func TestLastReportOnShutdown(t *testing.T) {
 	}
 	slow := make(chan int, 1)
 	go func() { slow <- call("/?sleep=300ms") }()
-	poll(t, "the slow request in flight", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the slow request in flight", func(context.Context) error {
 		e, _ := rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"})
-		return e.InFlight.Load() == 1
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	tr.CloseIdleConnections()
 	cancel()
@@ -177,7 +178,7 @@ func TestLastReportOnShutdown(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	// Sent before run returned; the fake may still be reading it.
-	fake.waitFor(t, "the last report", func(f *fakeController) bool { return len(f.reports) > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "the last report", fake.holds(func(f *fakeController) error { return unmet(len(f.reports) > 0, "%d reports", len(f.reports)) }))
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	if len(fake.reports) != 1 {

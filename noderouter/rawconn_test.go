@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"skipper.dev/skipper/internal/poll"
 )
 
 // dialPeer returns an instance connection of the pool's kind (a sock) to
@@ -39,7 +41,7 @@ func dialPeer(t *testing.T, serve func(net.Conn)) *upConn {
 // reused.
 func TestAliveSeesClosedSock(t *testing.T) {
 	up := dialPeer(t, func(c net.Conn) { _, _ = c.Write([]byte("stray")) })
-	poll(t, "alive to see the closed connection", func() bool { return !alive(up) })
+	poll.Until(t, pollTimeout, pollInterval, "alive to see the closed connection", func(context.Context) error { return unmet(!alive(up), "still alive") })
 }
 
 // TestDeferNextOnlyBeforeAWrite: a flush that writes nothing leaves no
@@ -78,7 +80,7 @@ func TestNoDeferAfterPartOfARequest(t *testing.T) {
 	if _, err := up.Conn.Write([]byte("POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the early answer in the socket", func() bool { return !alive(up) })
+	poll.Until(t, pollTimeout, pollInterval, "the early answer in the socket", func(context.Context) error { return unmet(!alive(up), "still alive") })
 	up.d.deferNext()
 	if _, err := up.Conn.Write([]byte("body")); err != nil {
 		t.Fatal(err)

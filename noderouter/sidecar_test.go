@@ -2,6 +2,8 @@ package noderouter
 
 import (
 	"testing"
+
+	"skipper.dev/skipper/internal/poll"
 )
 
 // TestSidecarMode: a sidecar router routes like a DaemonSet one and says
@@ -16,7 +18,7 @@ func TestSidecarMode(t *testing.T) {
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("status %d %s", r.status, r.body)
 	}
-	fake.waitFor(t, "a hello", func(f *fakeController) bool { return len(f.hellos) > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "a hello", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) > 0, "%d hellos", len(f.hellos)) }))
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	if m := fake.hellos[0].GetRouter().GetMode(); m != ModeSidecar {
