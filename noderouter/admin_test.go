@@ -21,6 +21,7 @@ import (
 )
 
 func TestAdmin(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	h := startRouter(t, fake, nil)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -55,6 +56,7 @@ func TestAdmin(t *testing.T) {
 
 // TestDrain checks that cancelling run lets an in-flight request finish.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	cfg := DefaultConfig()
@@ -126,6 +128,7 @@ func counter(c prometheus.Counter) float64 {
 }
 
 func TestUpstreamFailures(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	fake.handle("default/quick", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {

@@ -29,6 +29,7 @@ func callerPod(name, sa, ip string, mod ...func(*corev1.Pod)) *corev1.Pod {
 }
 
 func TestCallerOf(t *testing.T) {
+	t.Parallel()
 	ip := netip.MustParseAddr("10.1.0.5")
 	for _, tt := range []struct {
 		name string
@@ -55,6 +56,7 @@ func TestCallerOf(t *testing.T) {
 }
 
 func TestWatchCallers(t *testing.T) {
+	t.Parallel()
 	cs := fake.NewClientset(callerPod("a", "web", "10.1.0.5"))
 	var idx callers.Index
 	synced := make(chan struct{})

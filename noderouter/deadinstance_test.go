@@ -62,6 +62,7 @@ func startDeadAfterAccept(t *testing.T) *deadAfterAccept {
 }
 
 func TestDeadAfterAccept(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		method      string
@@ -146,6 +147,7 @@ func TestDeadAfterAccept(t *testing.T) {
 // TestBackoffRespectsCancellation: a caller that goes away while the router
 // waits to retry ends the wait.
 func TestBackoffRespectsCancellation(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
 	h := startRouter(t, fake, func(c *Config) { c.RetryBackoffBase, c.RetryBackoffMax = time.Hour, time.Hour })
@@ -171,6 +173,7 @@ func TestBackoffRespectsCancellation(t *testing.T) {
 
 // TestRequestTimeoutBoundsBackoff: the request timeout ends a backoff too.
 func TestRequestTimeoutBoundsBackoff(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
 	h := startRouter(t, fake, func(c *Config) {
@@ -184,6 +187,7 @@ func TestRequestTimeoutBoundsBackoff(t *testing.T) {
 }
 
 func TestMaxAttempts(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	dead := []*pb.Instance{inst("d1", deadAddress(t)), inst("d2", deadAddress(t)), inst("d3", deadAddress(t)), inst("d4", deadAddress(t))}
 	fake.handle("default/echo", fixed(1, dead...))

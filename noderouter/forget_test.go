@@ -69,6 +69,7 @@ func lastReported(counts []int64) (last int64, after int) {
 // its series once nothing of it is in flight and a report carried its
 // final counters; later reports leave it out.
 func TestRemovedFunctionIsForgotten(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -124,6 +125,7 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 // the router (its entry had no usable instance left) is forgotten after
 // GetInstance answers NotFound, once a report carried its counters.
 func TestNotFoundForgetsFunction(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t) // no handler: every GetInstance is NotFound
 	h := startRouter(t, fake, nil)
 	ref := route.Ref{Namespace: "default", Name: "gone"}
@@ -169,6 +171,7 @@ func TestNotFoundForgetsFunction(t *testing.T) {
 // --cache-idle-timeout leaves the cache with its series; one with
 // instances, or with requests, stays.
 func TestSweepDropsIdleEntries(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.CacheIdleTimeout = 10 * time.Minute
 	m := newMetrics("node1")

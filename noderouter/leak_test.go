@@ -145,6 +145,7 @@ func get(ctx context.Context, url, fn string) (*http.Response, error) {
 // a oneshot instance is released exactly once, and the router's in-flight
 // count is back to zero.
 func TestProxyReleasesOnEveryPath(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		path     string
@@ -267,6 +268,7 @@ func TestProxyReleasesOnEveryPath(t *testing.T) {
 // TestProxyQueueReleases: a request that leaves the queue without an
 // instance (its caller gone, the queue timeout) holds no slot afterwards.
 func TestProxyQueueReleases(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		cancel bool
@@ -351,6 +353,7 @@ func TestProxyQueueReleases(t *testing.T) {
 // Retry-After and reason router_overloaded, counted on the function only
 // when the router's cache knows it.
 func TestMaxInFlight(t *testing.T) {
+	t.Parallel()
 	addr := breakingInstance(t)
 	res := &fakeResolver{cache: &route.Cache{}, addr: addr, upd: route.Update{Generation: 1,
 		Instances: []route.InstanceInfo{{Pod: "pod-1", PodUID: "uid-1", Address: addr}}}}
@@ -421,6 +424,7 @@ func TestMaxInFlight(t *testing.T) {
 // TestDefaultBodyLimit: without --max-body-bytes a body over 10 MiB gets
 // 413 with a JSON reason before any instance is asked.
 func TestDefaultBodyLimit(t *testing.T) {
+	t.Parallel()
 	if got := DefaultConfig().MaxBodyBytes; got != 10<<20 {
 		t.Fatalf("default --max-body-bytes = %d, want 10 MiB", got)
 	}

@@ -115,6 +115,7 @@ func requestsOf(t *testing.T, m *metrics, fn string) float64 {
 // and the router's in-flight counts are back at zero, the request counted
 // exactly once under the code it ended with, and no lease ended twice.
 func TestLeaseEveryExit(t *testing.T) {
+	t.Parallel()
 	good := exitInstance(t)
 	tests := []struct {
 		name     string

@@ -67,6 +67,8 @@ func reasonOf(t *testing.T, b []byte) string {
 // cost at most two GetInstance calls, and a Function created afterwards is
 // callable within 2s.
 func TestNegativeCacheFlood(t *testing.T) {
+	// Not parallel: it bounds how soon a new function answers (2s), and its
+	// flood of 1,000 requests would slow the tests beside it.
 	fake := startFakeController(t)
 	var mu sync.Mutex
 	var asked []time.Time
@@ -141,6 +143,7 @@ func TestNegativeCacheFlood(t *testing.T) {
 }
 
 func TestNegativeCacheOff(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	h := startRouter(t, fake, func(c *Config) { c.NegativeCacheTTL = 0 })
 	for range 3 {
@@ -166,6 +169,7 @@ func startEchoServer(t *testing.T, uid string) *httptest.Server {
 // TestKillInstanceMidLoad kills one of three instances (its listener and
 // every connection) under load: no idempotent request is lost.
 func TestKillInstanceMidLoad(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	a, b, c := startEchoServer(t, "a"), startEchoServer(t, "b"), startEchoServer(t, "c")
 	fake.handle("default/echo", fixed(1,
@@ -234,6 +238,7 @@ func errString(err error) string {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	const limit = 1000
@@ -282,6 +287,7 @@ func TestLimits(t *testing.T) {
 // whether the owner is slow to find an instance or never answers at all,
 // and ends in a 503 with Retry-After and a JSON reason.
 func TestColdStartTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	slow := startFakeController(t)
 	slow.handle("default/echo", func(ctx context.Context, _ *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {

@@ -15,6 +15,7 @@ import (
 )
 
 func TestWatchMembers(t *testing.T) {
+	t.Parallel()
 	ready := true
 	name, port := "grpc", int32(9090)
 	slice := &discoveryv1.EndpointSlice{

@@ -58,6 +58,7 @@ func (f *fakeController) releasedUIDs() []string {
 }
 
 func TestOneshot(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	pool := newOneshotPool(t, 3)
 	fake.handle("default/once", pool.handle)
@@ -101,6 +102,7 @@ func TestOneshot(t *testing.T) {
 // TestOneshotConcurrentColdMisses: concurrent first requests share the
 // first GetInstance, but each is served by an instance of its own.
 func TestOneshotConcurrentColdMisses(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	pool := newOneshotPool(t, 6)
 	release := make(chan struct{})
@@ -145,6 +147,7 @@ func TestOneshotConcurrentColdMisses(t *testing.T) {
 // TestOneshotReleasedOnCancel: a caller that goes away mid-request still
 // releases its instance.
 func TestOneshotReleasedOnCancel(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	pool := newOneshotPool(t, 1)
 	fake.handle("default/once", pool.handle)

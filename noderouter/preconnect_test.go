@@ -47,6 +47,7 @@ func warmPoolPod(t *testing.T, uid, addr string, opts ...func(*corev1.Pod)) *cor
 }
 
 func TestPreconnectAddr(t *testing.T) {
+	t.Parallel()
 	const addr = "10.1.0.5:8080"
 	for _, tc := range []struct {
 		name string
@@ -103,6 +104,7 @@ func TestPreconnectAddr(t *testing.T) {
 }
 
 func TestPreconnects(t *testing.T) {
+	t.Parallel()
 	daemon := DefaultConfig()
 	for _, tc := range []struct {
 		name    string
@@ -133,6 +135,7 @@ func TestPreconnects(t *testing.T) {
 // the bound; a claimed one leaves room that the next fill takes from the
 // watch's cache (no event announces the pod turned away).
 func TestPreconnectFromTheWatch(t *testing.T) {
+	t.Parallel()
 	cs := fake.NewClientset(warmPoolPod(t, "a", "10.1.0.1:8080"), warmPoolPod(t, "b", "10.1.0.2:8080"))
 	pc := newPreconnector(nil, 1, time.Minute, newMetrics("node1"), slog.New(slog.DiscardHandler))
 	synced := make(chan struct{})
@@ -205,6 +208,7 @@ func (e *connEcho) requests() ([]string, int) {
 // gets a connection opened with the GET of its assignment, and the first
 // call of the function a claim then gives it goes out on that connection.
 func TestFirstCallUsesPreconnection(t *testing.T) {
+	t.Parallel()
 	if testForwarder == forwarderNethttp {
 		t.Skip("--forwarder nethttp keeps no pool of instance connections (no pre-connections: TestPreconnects)")
 	}
@@ -237,6 +241,7 @@ func TestFirstCallUsesPreconnection(t *testing.T) {
 // TestPreconnectRenewsOnItsConnection: a renewal sends the GET on the
 // connection the pool holds, not a new one.
 func TestPreconnectRenewsOnItsConnection(t *testing.T) {
+	t.Parallel()
 	e := startConnEcho(t, "uid-1")
 	pool := newUpstreamPool(&net.Dialer{Timeout: time.Second}, 4, time.Minute)
 	t.Cleanup(pool.close)
@@ -276,6 +281,7 @@ func TestPreconnectRenewsOnItsConnection(t *testing.T) {
 // TestPreconnectTargets: the targets follow the pod events, within the
 // bound; due ones are those never opened or opened a renewal ago.
 func TestPreconnectTargets(t *testing.T) {
+	t.Parallel()
 	pc := newPreconnector(nil, 2, time.Minute, newMetrics("node1"), slog.New(slog.DiscardHandler))
 	// Before run no connection is opened: observe only records.
 	pc.observe(warmPoolPod(t, "a", "10.1.0.1:8080"), false)
@@ -325,6 +331,7 @@ func TestPreconnectTargets(t *testing.T) {
 }
 
 func TestPreconnectRenewal(t *testing.T) {
+	t.Parallel()
 	if got := preconnectRenewal(90 * time.Second); got != 45*time.Second {
 		t.Errorf("renewal for a 90s idle timeout = %s", got)
 	}

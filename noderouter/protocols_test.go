@@ -20,6 +20,7 @@ import (
 )
 
 func TestH2C(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -46,6 +47,7 @@ func TestH2C(t *testing.T) {
 }
 
 func TestForwardedHeaders(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -99,6 +101,7 @@ func upgradeEcho(t *testing.T) string {
 }
 
 func TestUpgradePassThrough(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/ws", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
 		return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-ws", upgradeEcho(t))},
@@ -136,6 +139,7 @@ func TestUpgradePassThrough(t *testing.T) {
 // TestLastReportOnShutdown: stopping the router drains the in-flight
 // request and then sends one last report with the final counters.
 func TestLastReportOnShutdown(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	cfg := DefaultConfig()

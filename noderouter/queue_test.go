@@ -41,6 +41,7 @@ func reasonIn(t *testing.T, r reply) string {
 }
 
 func TestConcurrencyLimitQueues(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", limited(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, func(c *Config) { c.MaxQueue = 1 })
@@ -88,6 +89,7 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 }
 
 func TestConcurrencyLimitQueueTimeout(t *testing.T) {
+	// Not parallel: it bounds how long the queued request waits (900ms).
 	fake := startFakeController(t)
 	fake.handle("default/echo", limited(1, inst("uid-1", startEcho(t, "uid-1"))))
 	fake.handle("default/strict", limited(1, inst("uid-2", startEcho(t, "uid-2"))))
@@ -133,6 +135,7 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 // still sends one report per interval to their controller, each covering
 // every function.
 func TestOneReportPerIntervalAtScale(t *testing.T) {
+	t.Parallel()
 	const functions = 1000
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))

@@ -40,6 +40,7 @@ func dialPeer(t *testing.T, serve func(net.Conn)) *upConn {
 // idle instance connection the instance closed (with stray bytes) is not
 // reused.
 func TestAliveSeesClosedSock(t *testing.T) {
+	t.Parallel()
 	up := dialPeer(t, func(c net.Conn) { _, _ = c.Write([]byte("stray")) })
 	poll.Until(t, pollTimeout, pollInterval, "alive to see the closed connection", func(context.Context) error { return unmet(!alive(up), "still alive") })
 }
@@ -47,6 +48,7 @@ func TestAliveSeesClosedSock(t *testing.T) {
 // TestDeferNextOnlyBeforeAWrite: a flush that writes nothing leaves no
 // write armed, so what is written next (a tunnel's bytes) goes out.
 func TestDeferNextOnlyBeforeAWrite(t *testing.T) {
+	t.Parallel()
 	const want = 4 + 32<<10 + 5
 	got := make(chan int, 1)
 	up := dialPeer(t, func(c net.Conn) {
@@ -72,6 +74,7 @@ func TestDeferNextOnlyBeforeAWrite(t *testing.T) {
 // request's last bytes (an early 413 to a body) is read, not waited for:
 // a write is put off only when nothing of the request went out yet.
 func TestNoDeferAfterPartOfARequest(t *testing.T) {
+	t.Parallel()
 	up := dialPeer(t, func(c net.Conn) {
 		_, _ = c.Read(make([]byte, 100)) // the head
 		_, _ = c.Write([]byte("HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\n\r\n"))

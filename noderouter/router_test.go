@@ -236,6 +236,7 @@ func decodeEcho(t *testing.T, r reply) echo.Response {
 }
 
 func TestColdThenWarm(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -297,6 +298,7 @@ func TestColdThenWarm(t *testing.T) {
 }
 
 func TestHostAddressing(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("team-a/hello", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, func(c *Config) { c.DefaultNamespace = "team-a" })
@@ -311,6 +313,7 @@ func TestHostAddressing(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/full", func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
 		return nil, status.Error(codes.ResourceExhausted, "pool echo is empty")
@@ -381,6 +384,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	good := startEcho(t, "uid-good")
 	var n int
@@ -422,6 +426,7 @@ func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
 }
 
 func TestDialFailureRetriesCachedInstance(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-good", startEcho(t, "uid-good")), inst("uid-dead", deadAddress(t))))
 	h := startRouter(t, fake, nil)
@@ -445,6 +450,7 @@ func TestDialFailureRetriesCachedInstance(t *testing.T) {
 }
 
 func TestConcurrentMissesShareOneCall(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	addr := startEcho(t, "uid-1")
 	release := make(chan struct{})

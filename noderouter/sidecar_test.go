@@ -9,6 +9,7 @@ import (
 // TestSidecarMode: a sidecar router routes like a DaemonSet one and says
 // so in its Hello.
 func TestSidecarMode(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, func(c *Config) {

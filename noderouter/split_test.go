@@ -489,6 +489,7 @@ func hostileRows() []hostileRow {
 // caller's answer, what the instance read, and that an answer the router
 // could not relay left no connection to the instance open.
 func TestHostileFraming(t *testing.T) {
+	t.Parallel()
 	skipRerun(t)
 	for _, fwd := range forwarders {
 		for _, row := range hostileRows() {

@@ -10,6 +10,7 @@ import (
 )
 
 func TestStream(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -82,6 +83,7 @@ func TestStream(t *testing.T) {
 }
 
 func TestStreamReconnects(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.failConnects = 2
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))

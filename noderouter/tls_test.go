@@ -31,6 +31,7 @@ func withControllerTLS(t *testing.T) func(*router) {
 // start and its stream); one without, or with another CA, gets nothing
 // from it.
 func TestControllersOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := tlstest.NewCA(t)
 	srvFiles, err := tlsfiles.Load(tlstest.NewDir(t, ca.Files(ca.Issue(t, testServerName))).Path, tlsfiles.Options{Cert: true})
 	if err != nil {
@@ -84,6 +85,7 @@ func TestControllersOverTLS(t *testing.T) {
 
 // A --controller-tls-dir that cannot be used stops the router at start.
 func TestRunControllerTLSDirBad(t *testing.T) {
+	t.Parallel()
 	dir := tlstest.NewDir(t, map[string][]byte{tlsfiles.CAFile: []byte("not PEM")}).Path
 	err := Run(t.Context(), []string{"--node-name=n1", "--pod-name=r1", "--controller-addresses=127.0.0.1:1", "--controller-tls-dir=" + dir}, flagenv.Map(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--controller-tls-dir: tls: ca.crt in "+dir+": no PEM certificate") {

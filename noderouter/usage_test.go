@@ -13,6 +13,7 @@ import (
 // instances on the router's node, read from their cgroups (a testdata tree
 // here), and nothing for instances elsewhere.
 func TestReportsInstanceUsage(t *testing.T) {
+	t.Parallel()
 	const local = "5b0e0e0e-aaaa-bbbb-cccc-000000000002" // in cgroup/testdata/hybrid
 	fake := startFakeController(t)
 	remote := inst("remote", startEcho(t, "remote"))

@@ -331,6 +331,7 @@ func wireCall(t testing.TB, addr string, writes []string, methods []string, half
 // (and, under h1, wireAgree), and how many connections the instance
 // accepted.
 func TestWire(t *testing.T) {
+	t.Parallel()
 	for _, tt := range wireRows() {
 		t.Run(tt.name, func(t *testing.T) {
 			if testForwarder == forwarderNethttp && tt.skipNethttp != "" {
@@ -412,6 +413,7 @@ func strs[T fmt.Stringer](l []T) []string {
 // spliced; the instance got the request with Connection: Upgrade and its
 // Upgrade.
 func TestWireUpgrade(t *testing.T) {
+	t.Parallel()
 	in := startWireInstance(t, func(int, *http.Request) wireAnswer {
 		return wireAnswer{raw: "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: wire\r\nX-Wire: 0\r\n\r\n"}
 	})
