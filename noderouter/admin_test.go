@@ -3,6 +3,7 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -14,10 +15,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
 func TestAdmin(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	h := startRouter(t, fake, nil)
 	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
@@ -52,6 +56,7 @@ func TestAdmin(t *testing.T) {
 
 // TestDrain checks that cancelling run lets an in-flight request finish.
 func TestDrain(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	cfg := DefaultConfig()
@@ -78,24 +83,24 @@ func TestDrain(t *testing.T) {
 		resp.Body.Close()
 		got <- resp.StatusCode
 	}()
-	fake.waitFor(t, "the cold call", func(f *fakeController) bool { return len(f.calls) == 1 })
-	time.Sleep(50 * time.Millisecond) // sleep: behaviour for now (the request in flight; it synchronises: to become a condition, issue 32)
+	poll.Until(t, pollTimeout, pollInterval, "the request at the instance", func(context.Context) error {
+		e, _ := rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"})
+		if e == nil {
+			return errors.New("no cache entry")
+		}
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+	})
 	cancel()
 	// During the drain delay the router fails readiness but still serves.
-	for i := 0; ; i++ {
-		req, _ := http.NewRequest("GET", "http://"+admin.Addr().String()+"/readyz", nil)
+	poll.Until(t, pollTimeout, time.Millisecond, "/readyz failing after cancel", func(ctx context.Context) error {
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+admin.Addr().String()+"/readyz", nil)
 		resp, err := tr.RoundTrip(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusServiceUnavailable {
-				break
-			}
+		if err != nil {
+			return err
 		}
-		if i == 50 {
-			t.Fatal("/readyz never failed after cancel")
-		}
-		time.Sleep(time.Millisecond) // sleep: poll
-	}
+		resp.Body.Close()
+		return unmet(resp.StatusCode == http.StatusServiceUnavailable, "/readyz: %d", resp.StatusCode)
+	})
 	if s := <-got; s != 200 {
 		t.Errorf("in-flight request during drain: %d, want 200", s)
 	}
@@ -123,6 +128,7 @@ func counter(c prometheus.Counter) float64 {
 }
 
 func TestUpstreamFailures(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	fake.handle("default/quick", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {

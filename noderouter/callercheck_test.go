@@ -19,6 +19,7 @@ import (
 )
 
 func TestCallerRefused(t *testing.T) {
+	t.Parallel()
 	ref := route.Ref{Namespace: "default", Name: "private"}
 	pol := callers.NewPolicy([]string{"team-a"}, []string{"team-b/web"})
 	a := callers.Identity{Namespace: "team-a", ServiceAccount: "default", Pod: "team-a/x"}
@@ -52,6 +53,7 @@ func refusal(reason string) error {
 }
 
 func TestControllerCallerRefusalIs403(t *testing.T) {
+	t.Parallel()
 	for _, r := range []string{reasonCallerUnknown, reasonCallerDenied} {
 		ans, res := controllerAnswer(refusal(r))
 		if ans.status != 403 || ans.reason != r || res != resultCallerRefused {
@@ -70,6 +72,7 @@ func TestControllerCallerRefusalIs403(t *testing.T) {
 // checked on every request (warm ones on the event loops too), and a
 // refusal is a JSON 403 counted by reason.
 func TestCallersChecked(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	addr := startEcho(t, "uid-1")
 	fake.handle("default/private", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {

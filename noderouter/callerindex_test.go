@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/callers"
 )
 
@@ -28,6 +29,7 @@ func callerPod(name, sa, ip string, mod ...func(*corev1.Pod)) *corev1.Pod {
 }
 
 func TestCallerOf(t *testing.T) {
+	t.Parallel()
 	ip := netip.MustParseAddr("10.1.0.5")
 	for _, tt := range []struct {
 		name string
@@ -54,6 +56,7 @@ func TestCallerOf(t *testing.T) {
 }
 
 func TestWatchCallers(t *testing.T) {
+	t.Parallel()
 	cs := fake.NewClientset(callerPod("a", "web", "10.1.0.5"))
 	var idx callers.Index
 	synced := make(chan struct{})
@@ -67,12 +70,9 @@ func TestWatchCallers(t *testing.T) {
 	if err := cs.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "team-a", "a"); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); idx.Len() != 0; {
-		if time.Now().After(deadline) {
-			t.Fatal("a deleted pod is still indexed")
-		}
-		time.Sleep(5 * time.Millisecond) // sleep: poll
-	}
+	poll.Until(t, 5*time.Second, pollInterval, "the deleted pod unindexed", func(context.Context) error {
+		return unmet(idx.Len() == 0, "%d pods indexed", idx.Len())
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("watchPods: %v", err)

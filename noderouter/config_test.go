@@ -17,6 +17,7 @@ import (
 )
 
 func TestHelpGolden(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatal(err)
@@ -191,6 +192,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestRunRejectsBadConfig(t *testing.T) {
+	t.Parallel()
 	err := Run(t.Context(), []string{"--node-name="}, flagenv.Map(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--node-name is required") {
 		t.Fatalf("err = %v", err)
@@ -201,6 +203,7 @@ func TestRunRejectsBadConfig(t *testing.T) {
 }
 
 func TestCleanupHelpGolden(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, flagenv.Map(nil), &out); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -61,6 +62,7 @@ func startDeadAfterAccept(t *testing.T) *deadAfterAccept {
 }
 
 func TestDeadAfterAccept(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		method      string
@@ -145,6 +147,7 @@ func TestDeadAfterAccept(t *testing.T) {
 // TestBackoffRespectsCancellation: a caller that goes away while the router
 // waits to retry ends the wait.
 func TestBackoffRespectsCancellation(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
 	h := startRouter(t, fake, func(c *Config) { c.RetryBackoffBase, c.RetryBackoffMax = time.Hour, time.Hour })
@@ -156,8 +159,9 @@ func TestBackoffRespectsCancellation(t *testing.T) {
 		t.Fatalf("err = %v, want the caller's deadline", err)
 	}
 	m := h.rt.m
-	poll(t, "the router to answer the gone caller", func() bool {
-		return counter(m.requests.WithLabelValues("default/echo", "499")) == 1
+	poll.Until(t, pollTimeout, pollInterval, "the router to answer the gone caller", func(context.Context) error {
+		got := counter(m.requests.WithLabelValues("default/echo", "499"))
+		return unmet(got == 1, "requests_total{499} = %v", got)
 	})
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the router waited %v after the caller left", d)
@@ -169,6 +173,7 @@ func TestBackoffRespectsCancellation(t *testing.T) {
 
 // TestRequestTimeoutBoundsBackoff: the request timeout ends a backoff too.
 func TestRequestTimeoutBoundsBackoff(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
 	h := startRouter(t, fake, func(c *Config) {
@@ -182,6 +187,7 @@ func TestRequestTimeoutBoundsBackoff(t *testing.T) {
 }
 
 func TestMaxAttempts(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	dead := []*pb.Instance{inst("d1", deadAddress(t)), inst("d2", deadAddress(t)), inst("d3", deadAddress(t)), inst("d4", deadAddress(t))}
 	fake.handle("default/echo", fixed(1, dead...))

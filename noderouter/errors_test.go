@@ -14,6 +14,7 @@ import (
 )
 
 func TestControllerAnswer(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name       string
 		err        error
@@ -44,6 +45,7 @@ func TestControllerAnswer(t *testing.T) {
 }
 
 func TestUpstreamAnswer(t *testing.T) {
+	t.Parallel()
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
 	tests := []struct {
 		name       string

@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,7 +36,6 @@ type fakeController struct {
 
 	push chan *pb.ControllerMessage
 	kick chan struct{} // ends the current stream
-	got  chan struct{} // ticks on every message received on a stream
 }
 
 // startFakeController serves a fake controller on loopback, with opts
@@ -48,7 +46,6 @@ func startFakeController(t *testing.T, opts ...grpc.ServerOption) *fakeControlle
 		handlers: map[string]func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error){},
 		push:     make(chan *pb.ControllerMessage, 16),
 		kick:     make(chan struct{}),
-		got:      make(chan struct{}, 1),
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -92,7 +89,6 @@ func (f *fakeController) ReleaseInstance(_ context.Context, req *pb.ReleaseInsta
 	f.mu.Lock()
 	f.releases = append(f.releases, req)
 	f.mu.Unlock()
-	f.tick()
 	return &pb.ReleaseInstanceResponse{}, nil
 }
 
@@ -114,7 +110,6 @@ func (f *fakeController) Connect(st grpc.BidiStreamingServer[pb.RouterMessage, p
 	f.mu.Lock()
 	f.hellos = append(f.hellos, first.GetHello())
 	f.mu.Unlock()
-	f.tick()
 	if err := st.Send(&pb.ControllerMessage{Message: &pb.ControllerMessage_Welcome{Welcome: &pb.Welcome{
 		Controller: "fake", ProtocolVersion: pb.ProtocolVersion_PROTOCOL_VERSION_1,
 	}}}); err != nil {
@@ -136,7 +131,6 @@ func (f *fakeController) Connect(st grpc.BidiStreamingServer[pb.RouterMessage, p
 				f.acks = append(f.acks, m.Ack)
 			}
 			f.mu.Unlock()
-			f.tick()
 		}
 	}()
 	for {
@@ -154,36 +148,19 @@ func (f *fakeController) Connect(st grpc.BidiStreamingServer[pb.RouterMessage, p
 	}
 }
 
-func (f *fakeController) tick() {
-	select {
-	case f.got <- struct{}{}:
-	default:
-	}
-}
-
 func (f *fakeController) getCalls() []*pb.GetInstanceRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]*pb.GetInstanceRequest(nil), f.calls...)
 }
 
-// waitFor blocks until cond holds for what the fake received.
-func (f *fakeController) waitFor(t *testing.T, what string, cond func(f *fakeController) bool) {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
+// holds makes cond a poll.Until condition on what the fake received: it
+// runs under f's lock and says what it saw.
+func (f *fakeController) holds(cond func(f *fakeController) error) func(context.Context) error {
+	return func(context.Context) error {
 		f.mu.Lock()
-		ok := cond(f)
-		f.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-f.got:
-		case <-time.After(50 * time.Millisecond):
-		case <-deadline:
-			t.Fatalf("gave up waiting for %s", what)
-		}
+		defer f.mu.Unlock()
+		return cond(f)
 	}
 }
 

@@ -1,6 +1,7 @@
 package noderouter
 
 import (
+	"context"
 	"log/slog"
 	"slices"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -67,6 +69,7 @@ func lastReported(counts []int64) (last int64, after int) {
 // its series once nothing of it is in flight and a report carried its
 // final counters; later reports leave it out.
 func TestRemovedFunctionIsForgotten(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -77,9 +80,9 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 		}
 	}
 	slow := h.goCall(t, "default/echo", "/?sleep=1s")
-	poll(t, "the slow request in flight", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the slow request in flight", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return e.InFlight.Load() == 1
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	if got := seriesOf(t, h.rt.m, "default/echo"); len(got) == 0 {
 		t.Fatal("no series of the function before its removal")
@@ -87,9 +90,9 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 
 	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 2, Removed: true}}}
-	fake.waitFor(t, "the removal acknowledged", func(f *fakeController) bool {
-		return len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2
-	})
+	poll.Until(t, pollTimeout, pollInterval, "the removal acknowledged", fake.holds(func(f *fakeController) error {
+		return unmet(len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2, "acks %v", f.acks)
+	}))
 	// The request in flight keeps the entry (its count is not final yet).
 	if e, a := h.rt.cache.Lookup(ref); e == nil || a != nil {
 		t.Errorf("with a request in flight: entry %v, assignment %v; want the entry without its assignment", e, a)
@@ -97,13 +100,13 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 	if r := <-slow; r.status != 200 {
 		t.Errorf("the request in flight at the removal: %d %s", r.status, r.body)
 	}
-	poll(t, "the entry dropped", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the entry dropped", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return e == nil
+		return unmet(e == nil, "entry %v", e)
 	})
-	poll(t, "two reports after the last that held it", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "two reports after the last that held it", func(context.Context) error {
 		_, after := lastReported(fake.reported("default/echo"))
-		return after >= 2
+		return unmet(after >= 2, "%d reports after", after)
 	})
 	if last, _ := lastReported(fake.reported("default/echo")); last != 3 {
 		t.Errorf("requests_total in the last report that held the function = %d, want 3 (its final count)", last)
@@ -122,6 +125,7 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 // the router (its entry had no usable instance left) is forgotten after
 // GetInstance answers NotFound, once a report carried its counters.
 func TestNotFoundForgetsFunction(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t) // no handler: every GetInstance is NotFound
 	h := startRouter(t, fake, nil)
 	ref := route.Ref{Namespace: "default", Name: "gone"}
@@ -135,15 +139,15 @@ func TestNotFoundForgetsFunction(t *testing.T) {
 	if calls := fake.getCalls(); len(calls) != 1 || calls[0].GetKnownGeneration() != 4 {
 		t.Fatalf("GetInstance calls %v, want one naming generation 4", calls)
 	}
-	poll(t, "the entry dropped", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the entry dropped", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return e == nil
+		return unmet(e == nil, "entry %v", e)
 	})
 	// The entry leaves once the report holding its counters is sent; the
 	// fake records what it receives on its own goroutine, so wait for it.
-	poll(t, "a report holding the function's final count", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "a report holding the function's final count", func(context.Context) error {
 		last, _ := lastReported(fake.reported("default/gone"))
-		return last >= 0
+		return unmet(last >= 0, "last report %d", last)
 	})
 	if last, _ := lastReported(fake.reported("default/gone")); last != 5 {
 		t.Errorf("requests_total in the last report that held the function = %d, want 5", last)
@@ -167,6 +171,7 @@ func TestNotFoundForgetsFunction(t *testing.T) {
 // --cache-idle-timeout leaves the cache with its series; one with
 // instances, or with requests, stays.
 func TestSweepDropsIdleEntries(t *testing.T) {
+	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.CacheIdleTimeout = 10 * time.Minute
 	m := newMetrics("node1")

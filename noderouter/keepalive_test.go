@@ -16,6 +16,7 @@ import (
 // router reuses its connections to an instance instead of opening new ones
 // (Go's default keeps 2 idle per host, so most requests would dial).
 func TestKeepAlivePoolSizedToConcurrency(t *testing.T) {
+	t.Parallel()
 	const workers, rounds = 32, 20
 	var dials atomic.Int64
 	ts := httptest.NewUnstartedServer(echo.NewServer(echo.DefaultConfig(), slog.New(slog.DiscardHandler)))

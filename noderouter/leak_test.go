@@ -3,6 +3,7 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 )
 
@@ -143,6 +145,7 @@ func get(ctx context.Context, url, fn string) (*http.Response, error) {
 // a oneshot instance is released exactly once, and the router's in-flight
 // count is back to zero.
 func TestProxyReleasesOnEveryPath(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		path     string
@@ -203,9 +206,12 @@ func TestProxyReleasesOnEveryPath(t *testing.T) {
 					done <- nil
 				}()
 				if tt.cancel && !tt.midBody {
-					poll(t, "the request at the instance", func() bool {
+					poll.Until(t, pollTimeout, pollInterval, "the request at the instance", func(context.Context) error {
 						e, _ := res.cache.Lookup(ref)
-						return e != nil && e.InFlight.Load() == 1
+						if e == nil {
+							return errors.New("no cache entry")
+						}
+						return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 					})
 					cancel()
 				}
@@ -214,10 +220,13 @@ func TestProxyReleasesOnEveryPath(t *testing.T) {
 				}
 
 				m := p.m
-				poll(t, "the request counted", func() bool {
-					return counter(m.requests.WithLabelValues("default/fn", tt.wantCode)) == 1
+				poll.Until(t, pollTimeout, pollInterval, "the request counted", func(context.Context) error {
+					got := counter(m.requests.WithLabelValues("default/fn", tt.wantCode))
+					return unmet(got == 1, "requests_total{%s} = %v", tt.wantCode, got)
 				})
-				poll(t, "the router's in-flight back to 0", func() bool { return p.inFlight.Load() == 0 })
+				poll.Until(t, pollTimeout, pollInterval, "the router's in-flight back to 0", func(context.Context) error {
+					return unmet(p.inFlight.Load() == 0, "router in-flight %d", p.inFlight.Load())
+				})
 				e, a := res.cache.Lookup(ref)
 				if got := e.InFlight.Load(); got != 0 {
 					t.Errorf("function in-flight = %d, want 0", got)
@@ -244,7 +253,9 @@ func TestProxyReleasesOnEveryPath(t *testing.T) {
 				}
 				if oneshot {
 					want := map[string]int{"once-0": 1, "once-1": 1}
-					poll(t, "both oneshot instances released", func() bool { return len(res.releases()) == 2 })
+					poll.Until(t, pollTimeout, pollInterval, "both oneshot instances released", func(context.Context) error {
+						return unmet(len(res.releases()) == 2, "releases %v", res.releases())
+					})
 					if diff := cmp.Diff(want, res.releases()); diff != "" {
 						t.Errorf("releases by pod UID (-want +got):\n%s", diff)
 					}
@@ -257,6 +268,7 @@ func TestProxyReleasesOnEveryPath(t *testing.T) {
 // TestProxyQueueReleases: a request that leaves the queue without an
 // instance (its caller gone, the queue timeout) holds no slot afterwards.
 func TestProxyQueueReleases(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		cancel bool
@@ -283,9 +295,12 @@ func TestProxyQueueReleases(t *testing.T) {
 				resp.Body.Close()
 				busy <- resp.StatusCode
 			}()
-			poll(t, "the first request in flight", func() bool {
+			poll.Until(t, pollTimeout, pollInterval, "the first request in flight", func(context.Context) error {
 				e, _ := res.cache.Lookup(ref)
-				return e != nil && e.InFlight.Load() == 1
+				if e == nil {
+					return errors.New("no cache entry")
+				}
+				return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 			})
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -302,7 +317,7 @@ func TestProxyQueueReleases(t *testing.T) {
 			}()
 			e, a := res.cache.Lookup(ref)
 			if tt.cancel {
-				poll(t, "the second request queued", func() bool { return e.Queued() == 1 })
+				poll.Until(t, pollTimeout, pollInterval, "the second request queued", func(context.Context) error { return unmet(e.Queued() == 1, "%d queued", e.Queued()) })
 				cancel()
 			}
 			want := http.StatusServiceUnavailable
@@ -315,7 +330,10 @@ func TestProxyQueueReleases(t *testing.T) {
 			if got := <-busy; got != 200 {
 				t.Errorf("busy request: %d", got)
 			}
-			poll(t, "the slot free", func() bool { return a.Instances[0].InFlight.Load() == 0 && p.inFlight.Load() == 0 })
+			poll.Until(t, pollTimeout, pollInterval, "the slot free", func(context.Context) error {
+				in, all := a.Instances[0].InFlight.Load(), p.inFlight.Load()
+				return unmet(in == 0 && all == 0, "instance in-flight %d, router in-flight %d", in, all)
+			})
 			if e.Queued() != 0 {
 				t.Errorf("queued = %d, want 0", e.Queued())
 			}
@@ -335,6 +353,7 @@ func TestProxyQueueReleases(t *testing.T) {
 // Retry-After and reason router_overloaded, counted on the function only
 // when the router's cache knows it.
 func TestMaxInFlight(t *testing.T) {
+	t.Parallel()
 	addr := breakingInstance(t)
 	res := &fakeResolver{cache: &route.Cache{}, addr: addr, upd: route.Update{Generation: 1,
 		Instances: []route.InstanceInfo{{Pod: "pod-1", PodUID: "uid-1", Address: addr}}}}
@@ -350,7 +369,9 @@ func TestMaxInFlight(t *testing.T) {
 		resp.Body.Close()
 		busy <- resp.StatusCode
 	}()
-	poll(t, "the first request in flight", func() bool { return p.inFlight.Load() == 1 })
+	poll.Until(t, pollTimeout, pollInterval, "the first request in flight", func(context.Context) error {
+		return unmet(p.inFlight.Load() == 1, "router in-flight %d", p.inFlight.Load())
+	})
 	for _, fn := range []string{"default/fn", "default/made-up"} {
 		resp, err := get(t.Context(), url, fn)
 		if err != nil {
@@ -403,6 +424,7 @@ func TestMaxInFlight(t *testing.T) {
 // TestDefaultBodyLimit: without --max-body-bytes a body over 10 MiB gets
 // 413 with a JSON reason before any instance is asked.
 func TestDefaultBodyLimit(t *testing.T) {
+	t.Parallel()
 	if got := DefaultConfig().MaxBodyBytes; got != 10<<20 {
 		t.Fatalf("default --max-body-bytes = %d, want 10 MiB", got)
 	}

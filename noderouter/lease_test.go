@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 )
 
@@ -114,6 +115,7 @@ func requestsOf(t *testing.T, m *metrics, fn string) float64 {
 // and the router's in-flight counts are back at zero, the request counted
 // exactly once under the code it ended with, and no lease ended twice.
 func TestLeaseEveryExit(t *testing.T) {
+	t.Parallel()
 	good := exitInstance(t)
 	tests := []struct {
 		name     string
@@ -225,10 +227,13 @@ func TestLeaseEveryExit(t *testing.T) {
 				}
 			}
 
-			poll(t, "the request counted as "+tt.wantCode, func() bool {
-				return counter(p.m.requests.WithLabelValues(fn, tt.wantCode)) >= 1 && requestsOf(t, p.m, fn) > before
+			poll.Until(t, pollTimeout, pollInterval, "the request counted as "+tt.wantCode, func(context.Context) error {
+				code, all := counter(p.m.requests.WithLabelValues(fn, tt.wantCode)), requestsOf(t, p.m, fn)
+				return unmet(code >= 1 && all > before, "%v with %s, %v in all (%v before)", code, tt.wantCode, all, before)
 			})
-			poll(t, "the router's in-flight back to 0", func() bool { return p.inFlight.Load() == 0 })
+			poll.Until(t, pollTimeout, pollInterval, "the router's in-flight back to 0", func(context.Context) error {
+				return unmet(p.inFlight.Load() == 0, "router in-flight %d", p.inFlight.Load())
+			})
 			if got := requestsOf(t, p.m, fn) - before; got != 1 {
 				t.Errorf("requests_total grew by %v, want 1", got)
 			}

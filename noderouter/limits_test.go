@@ -3,6 +3,7 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -16,20 +17,21 @@ import (
 	"time"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
-// poll waits until cond holds.
-func poll(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // sleep: poll
+// pollTimeout and pollInterval bound and pace the tests' poll.Until calls.
+const pollTimeout, pollInterval = 10 * time.Second, 5 * time.Millisecond
+
+// unmet is a poll.Until condition's answer: nil when ok, else an error
+// saying what was seen.
+func unmet(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
 	}
+	return fmt.Errorf(format, args...)
 }
 
 // send makes one request, safe to call from many goroutines.
@@ -65,6 +67,8 @@ func reasonOf(t *testing.T, b []byte) string {
 // cost at most two GetInstance calls, and a Function created afterwards is
 // callable within 2s.
 func TestNegativeCacheFlood(t *testing.T) {
+	// Not parallel: it bounds how soon a new function answers (2s), and its
+	// flood of 1,000 requests would slow the tests beside it.
 	fake := startFakeController(t)
 	var mu sync.Mutex
 	var asked []time.Time
@@ -129,13 +133,17 @@ func TestNegativeCacheFlood(t *testing.T) {
 	// anyone flushing the negative cache.
 	fake.handle("default/nope", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	created := time.Now()
-	poll(t, "the new function to answer", func() bool { return h.call(t, "default/nope").status == 200 })
+	poll.Until(t, pollTimeout, pollInterval, "the new function to answer", func(context.Context) error {
+		r := h.call(t, "default/nope")
+		return unmet(r.status == 200, "status %d", r.status)
+	})
 	if d := time.Since(created); d > 2*time.Second {
 		t.Errorf("new function callable after %v, want ≤ 2s", d)
 	}
 }
 
 func TestNegativeCacheOff(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	h := startRouter(t, fake, func(c *Config) { c.NegativeCacheTTL = 0 })
 	for range 3 {
@@ -161,6 +169,7 @@ func startEchoServer(t *testing.T, uid string) *httptest.Server {
 // TestKillInstanceMidLoad kills one of three instances (its listener and
 // every connection) under load: no idempotent request is lost.
 func TestKillInstanceMidLoad(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	a, b, c := startEchoServer(t, "a"), startEchoServer(t, "b"), startEchoServer(t, "c")
 	fake.handle("default/echo", fixed(1,
@@ -194,11 +203,11 @@ func TestKillInstanceMidLoad(t *testing.T) {
 			}
 		})
 	}
-	poll(t, "warm load", func() bool { return done.Load() >= 200 })
+	poll.Until(t, pollTimeout, pollInterval, "warm load", func(context.Context) error { return unmet(done.Load() >= 200, "%d requests done", done.Load()) })
 	b.Listener.Close()
 	b.CloseClientConnections()
 	killed := done.Load()
-	poll(t, "load after the kill", func() bool { return done.Load() >= killed+400 })
+	poll.Until(t, pollTimeout, pollInterval, "load after the kill", func(context.Context) error { return unmet(done.Load() >= killed+400, "%d requests done", done.Load()) })
 	close(stop)
 	wg.Wait()
 
@@ -229,6 +238,7 @@ func errString(err error) string {
 }
 
 func TestLimits(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	const limit = 1000
@@ -277,6 +287,7 @@ func TestLimits(t *testing.T) {
 // whether the owner is slow to find an instance or never answers at all,
 // and ends in a 503 with Retry-After and a JSON reason.
 func TestColdStartTimeout(t *testing.T) {
+	t.Parallel()
 	const timeout = 300 * time.Millisecond
 	slow := startFakeController(t)
 	slow.handle("default/echo", func(ctx context.Context, _ *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {

@@ -80,6 +80,7 @@ func rawInstance(t *testing.T, answer func(n int, head string) string) (string, 
 // X-Forwarded-* fields and without the router's own header; nothing is
 // handed over.
 func TestLoopServesWarmGETs(t *testing.T) {
+	t.Parallel()
 	addr, heads := rawInstance(t, func(int, string) string {
 		return "HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-From: instance\r\n\r\nhello"
 	})
@@ -137,6 +138,7 @@ func TestLoopServesWarmGETs(t *testing.T) {
 // or in the middle (a chunked answer), and is answered whole; requests
 // after it on the same connection are answered too.
 func TestLoopHandsOver(t *testing.T) {
+	t.Parallel()
 	addr, _ := rawInstance(t, func(n int, method string) string {
 		if method == "GET" && n%2 == 0 {
 			return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
@@ -185,6 +187,7 @@ func TestLoopHandsOver(t *testing.T) {
 // loop on a new connection when the closed one was kept alive, and by the
 // goroutine path after that, which answers 502 after --max-attempts.
 func TestLoopRetriesABrokenSend(t *testing.T) {
+	t.Parallel()
 	addr, heads := rawInstance(t, func(n int, _ string) string {
 		if n == 1 || n == 3 {
 			return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
@@ -258,6 +261,7 @@ func rawAnswerOnce(t *testing.T, a string, closeAfter bool, delay time.Duration)
 // the goroutine path ends them, at once (an edge-triggered loop that
 // missed the last edge would wait for the request timeout).
 func TestLoopEdgeCases(t *testing.T) {
+	// Not parallel: it bounds how soon the 504s come (the timeout + 800ms).
 	const get = "GET / HTTP/1.1\r\nHost: r\r\nX-Skipper-Function: default/echo\r\n\r\n"
 	tests := []struct {
 		name       string

@@ -2,17 +2,20 @@ package noderouter
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"skipper.dev/skipper/internal/poll"
 )
 
 func TestWatchMembers(t *testing.T) {
+	t.Parallel()
 	ready := true
 	name, port := "grpc", int32(9090)
 	slice := &discoveryv1.EndpointSlice{
@@ -47,27 +50,28 @@ func TestWatchMembers(t *testing.T) {
 		}
 	}()
 	<-synced
-	waitMembers(t, got, []string{"198.18.1.5:9090"})
+	// members is a poll.Until condition: the updates so far include want.
+	var last []string
+	members := func(want []string) func(context.Context) error {
+		return func(context.Context) error {
+			for {
+				select {
+				case last = <-got:
+					if cmp.Equal(want, last) {
+						return nil
+					}
+				default:
+					return fmt.Errorf("members %v", last)
+				}
+			}
+		}
+	}
+	poll.Until(t, pollTimeout, pollInterval, "the ready member", members([]string{"198.18.1.5:9090"}))
 
 	notReady := false
 	slice.Endpoints[0].Conditions.Ready = &notReady
 	if _, err := cs.DiscoveryV1().EndpointSlices("skipper-system").Update(ctx, slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitMembers(t, got, nil)
-}
-
-func waitMembers(t *testing.T, got <-chan []string, want []string) {
-	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case m := <-got:
-			if cmp.Equal(want, m) {
-				return
-			}
-		case <-timeout:
-			t.Fatalf("members never became %v", want)
-		}
-	}
+	poll.Until(t, pollTimeout, pollInterval, "no member", members(nil))
 }

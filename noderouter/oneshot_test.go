@@ -2,6 +2,7 @@ package noderouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -56,6 +58,7 @@ func (f *fakeController) releasedUIDs() []string {
 }
 
 func TestOneshot(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	pool := newOneshotPool(t, 3)
 	fake.handle("default/once", pool.handle)
@@ -76,7 +79,9 @@ func TestOneshot(t *testing.T) {
 		t.Errorf("GetInstance calls = %d, want 3 (one per request by design)", got)
 	}
 	// The release follows the response, so it may arrive just after it.
-	fake.waitFor(t, "three releases", func(f *fakeController) bool { return len(f.releases) == 3 })
+	poll.Until(t, pollTimeout, pollInterval, "three releases", fake.holds(func(f *fakeController) error {
+		return unmet(len(f.releases) == 3, "%d releases", len(f.releases))
+	}))
 	if diff := cmp.Diff([]string{"once-0", "once-1", "once-2"}, fake.releasedUIDs()); diff != "" {
 		t.Errorf("released (-want +got):\n%s", diff)
 	}
@@ -88,12 +93,16 @@ func TestOneshot(t *testing.T) {
 	}
 	// Counted when the controller's answer is back, after it saw the
 	// release.
-	poll(t, "release_instance_total{ok} = 3", func() bool { return counter(h.rt.m.releases.WithLabelValues(resultOK)) == 3 })
+	poll.Until(t, pollTimeout, pollInterval, "release_instance_total{ok} = 3", func(context.Context) error {
+		got := counter(h.rt.m.releases.WithLabelValues(resultOK))
+		return unmet(got == 3, "release_instance_total{ok} = %v", got)
+	})
 }
 
 // TestOneshotConcurrentColdMisses: concurrent first requests share the
 // first GetInstance, but each is served by an instance of its own.
 func TestOneshotConcurrentColdMisses(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	pool := newOneshotPool(t, 6)
 	release := make(chan struct{})
@@ -116,7 +125,7 @@ func TestOneshotConcurrentColdMisses(t *testing.T) {
 			uids <- decodeEcho(t, r).Pod.UID
 		})
 	}
-	fake.waitFor(t, "the first GetInstance", func(f *fakeController) bool { return len(f.calls) > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "the first GetInstance", fake.holds(func(f *fakeController) error { return unmet(len(f.calls) > 0, "%d calls", len(f.calls)) }))
 	close(release)
 	wg.Wait()
 	close(uids)
@@ -127,7 +136,9 @@ func TestOneshotConcurrentColdMisses(t *testing.T) {
 		}
 		seen[u] = true
 	}
-	fake.waitFor(t, "every handed instance released", func(f *fakeController) bool { return len(f.releases) == len(f.calls) })
+	poll.Until(t, pollTimeout, pollInterval, "every handed instance released", fake.holds(func(f *fakeController) error {
+		return unmet(len(f.releases) == len(f.calls), "%d releases", len(f.releases))
+	}))
 	if got, calls := len(fake.getCalls()), len(seen); got != calls {
 		t.Errorf("GetInstance calls = %d for %d requests served", got, calls)
 	}
@@ -136,6 +147,7 @@ func TestOneshotConcurrentColdMisses(t *testing.T) {
 // TestOneshotReleasedOnCancel: a caller that goes away mid-request still
 // releases its instance.
 func TestOneshotReleasedOnCancel(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	pool := newOneshotPool(t, 1)
 	fake.handle("default/once", pool.handle)
@@ -152,15 +164,20 @@ func TestOneshotReleasedOnCancel(t *testing.T) {
 		}
 		done <- err
 	}()
-	poll(t, "the request at the instance", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the request at the instance", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "once"})
-		return e != nil && e.InFlight.Load() == 1
+		if e == nil {
+			return errors.New("no cache entry")
+		}
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the cancelled request succeeded")
 	}
-	fake.waitFor(t, "the release after the cancel", func(f *fakeController) bool { return len(f.releases) == 1 })
+	poll.Until(t, pollTimeout, pollInterval, "the release after the cancel", fake.holds(func(f *fakeController) error {
+		return unmet(len(f.releases) == 1, "%d releases", len(f.releases))
+	}))
 	if diff := cmp.Diff([]string{"once-0"}, fake.releasedUIDs()); diff != "" {
 		t.Errorf("released (-want +got):\n%s", diff)
 	}

@@ -22,6 +22,7 @@ import (
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/internal/poll"
 )
 
 // warmPoolPod is a ready, unclaimed pool pod at addr (host:port).
@@ -46,6 +47,7 @@ func warmPoolPod(t *testing.T, uid, addr string, opts ...func(*corev1.Pod)) *cor
 }
 
 func TestPreconnectAddr(t *testing.T) {
+	t.Parallel()
 	const addr = "10.1.0.5:8080"
 	for _, tc := range []struct {
 		name string
@@ -102,6 +104,7 @@ func TestPreconnectAddr(t *testing.T) {
 }
 
 func TestPreconnects(t *testing.T) {
+	t.Parallel()
 	daemon := DefaultConfig()
 	for _, tc := range []struct {
 		name    string
@@ -132,6 +135,7 @@ func TestPreconnects(t *testing.T) {
 // the bound; a claimed one leaves room that the next fill takes from the
 // watch's cache (no event announces the pod turned away).
 func TestPreconnectFromTheWatch(t *testing.T) {
+	t.Parallel()
 	cs := fake.NewClientset(warmPoolPod(t, "a", "10.1.0.1:8080"), warmPoolPod(t, "b", "10.1.0.2:8080"))
 	pc := newPreconnector(nil, 1, time.Minute, newMetrics("node1"), slog.New(slog.DiscardHandler))
 	synced := make(chan struct{})
@@ -145,10 +149,10 @@ func TestPreconnectFromTheWatch(t *testing.T) {
 		return slices.Sorted(maps.Keys(pc.targets))
 	}
 	// The handlers run after the cache is filled: wait for both pods'.
-	poll(t, "one target (bound 1) and one turned away", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "one target (bound 1) and one turned away", func(context.Context) error {
 		pc.mu.Lock()
 		defer pc.mu.Unlock()
-		return len(pc.targets) == 1 && pc.missed
+		return unmet(len(pc.targets) == 1 && pc.missed, "%d targets, missed %v", len(pc.targets), pc.missed)
 	})
 	first := targets()
 	other := map[string]string{"a": "b", "b": "a"}[first[0]]
@@ -156,7 +160,7 @@ func TestPreconnectFromTheWatch(t *testing.T) {
 	if _, err := cs.CoreV1().Pods("default").Update(ctx, claimed, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the claimed pod dropped", func() bool { return len(targets()) == 0 })
+	poll.Until(t, pollTimeout, pollInterval, "the claimed pod dropped", func(context.Context) error { return unmet(len(targets()) == 0, "%d targets", len(targets())) })
 	pc.fill()
 	if got := targets(); len(got) != 1 || got[0] != other {
 		t.Errorf("after a fill: targets %v, want [%s]", got, other)
@@ -204,6 +208,7 @@ func (e *connEcho) requests() ([]string, int) {
 // gets a connection opened with the GET of its assignment, and the first
 // call of the function a claim then gives it goes out on that connection.
 func TestFirstCallUsesPreconnection(t *testing.T) {
+	t.Parallel()
 	if testForwarder == forwarderNethttp {
 		t.Skip("--forwarder nethttp keeps no pool of instance connections (no pre-connections: TestPreconnects)")
 	}
@@ -214,7 +219,10 @@ func TestFirstCallUsesPreconnection(t *testing.T) {
 		rt.pre = newPreconnector(rt.proxy.pool, 4, time.Minute, rt.m, rt.log)
 	})
 	h.rt.pre.observe(warmPoolPod(t, "uid-1", e.addr), false)
-	poll(t, "the pre-connection pooled", func() bool { return h.rt.proxy.pool.idleCount(e.addr) == 1 })
+	poll.Until(t, pollTimeout, pollInterval, "the pre-connection pooled", func(context.Context) error {
+		got := h.rt.proxy.pool.idleCount(e.addr)
+		return unmet(got == 1, "%d idle", got)
+	})
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("first call: %d %s", r.status, r.body)
 	}
@@ -233,6 +241,7 @@ func TestFirstCallUsesPreconnection(t *testing.T) {
 // TestPreconnectRenewsOnItsConnection: a renewal sends the GET on the
 // connection the pool holds, not a new one.
 func TestPreconnectRenewsOnItsConnection(t *testing.T) {
+	t.Parallel()
 	e := startConnEcho(t, "uid-1")
 	pool := newUpstreamPool(&net.Dialer{Timeout: time.Second}, 4, time.Minute)
 	t.Cleanup(pool.close)
@@ -272,6 +281,7 @@ func TestPreconnectRenewsOnItsConnection(t *testing.T) {
 // TestPreconnectTargets: the targets follow the pod events, within the
 // bound; due ones are those never opened or opened a renewal ago.
 func TestPreconnectTargets(t *testing.T) {
+	t.Parallel()
 	pc := newPreconnector(nil, 2, time.Minute, newMetrics("node1"), slog.New(slog.DiscardHandler))
 	// Before run no connection is opened: observe only records.
 	pc.observe(warmPoolPod(t, "a", "10.1.0.1:8080"), false)
@@ -321,6 +331,7 @@ func TestPreconnectTargets(t *testing.T) {
 }
 
 func TestPreconnectRenewal(t *testing.T) {
+	t.Parallel()
 	if got := preconnectRenewal(90 * time.Second); got != 45*time.Second {
 		t.Errorf("renewal for a 90s idle timeout = %s", got)
 	}

@@ -14,11 +14,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
 func TestH2C(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -45,6 +47,7 @@ func TestH2C(t *testing.T) {
 }
 
 func TestForwardedHeaders(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -98,6 +101,7 @@ func upgradeEcho(t *testing.T) string {
 }
 
 func TestUpgradePassThrough(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/ws", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
 		return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-ws", upgradeEcho(t))},
@@ -135,6 +139,7 @@ func TestUpgradePassThrough(t *testing.T) {
 // TestLastReportOnShutdown: stopping the router drains the in-flight
 // request and then sends one last report with the final counters.
 func TestLastReportOnShutdown(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	cfg := DefaultConfig()
@@ -164,9 +169,9 @@ func TestLastReportOnShutdown(t *testing.T) {
 	}
 	slow := make(chan int, 1)
 	go func() { slow <- call("/?sleep=300ms") }()
-	poll(t, "the slow request in flight", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the slow request in flight", func(context.Context) error {
 		e, _ := rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"})
-		return e.InFlight.Load() == 1
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	tr.CloseIdleConnections()
 	cancel()
@@ -177,7 +182,7 @@ func TestLastReportOnShutdown(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	// Sent before run returned; the fake may still be reading it.
-	fake.waitFor(t, "the last report", func(f *fakeController) bool { return len(f.reports) > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "the last report", fake.holds(func(f *fakeController) error { return unmet(len(f.reports) > 0, "%d reports", len(f.reports)) }))
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	if len(fake.reports) != 1 {

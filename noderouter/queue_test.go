@@ -2,10 +2,12 @@ package noderouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -39,29 +41,33 @@ func reasonIn(t *testing.T, r reply) string {
 }
 
 func TestConcurrencyLimitQueues(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", limited(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, func(c *Config) { c.MaxQueue = 1 })
 	ref := route.Ref{Namespace: "default", Name: "echo"}
 
 	first := h.goCall(t, "default/echo", "/?sleep=300ms")
-	poll(t, "the first request in flight", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the first request in flight", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return e != nil && e.InFlight.Load() == 1
+		if e == nil {
+			return errors.New("no cache entry")
+		}
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	second := h.goCall(t, "default/echo", "/")
-	poll(t, "the second request queued", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the second request queued", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return e.Queued() == 1
+		return unmet(e.Queued() == 1, "%d queued", e.Queued())
 	})
-	fake.waitFor(t, "a report with one queued request", func(f *fakeController) bool {
+	poll.Until(t, pollTimeout, pollInterval, "a report with one queued request", fake.holds(func(f *fakeController) error {
 		n := len(f.reports)
 		if n == 0 || len(f.reports[n-1].GetFunctions()) == 0 {
-			return false
+			return fmt.Errorf("%d reports, the last of no function", n)
 		}
 		fr := f.reports[n-1].GetFunctions()[0]
-		return fr.GetQueued() == 1 && fr.GetInFlight() == 1
-	})
+		return unmet(fr.GetQueued() == 1 && fr.GetInFlight() == 1, "the last report: %d queued, %d in flight", fr.GetQueued(), fr.GetInFlight())
+	}))
 
 	// The queue holds one: the third is turned away at once.
 	r := h.call(t, "default/echo")
@@ -83,15 +89,19 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 }
 
 func TestConcurrencyLimitQueueTimeout(t *testing.T) {
+	// Not parallel: it bounds how long the queued request waits (900ms).
 	fake := startFakeController(t)
 	fake.handle("default/echo", limited(1, inst("uid-1", startEcho(t, "uid-1"))))
 	fake.handle("default/strict", limited(1, inst("uid-2", startEcho(t, "uid-2"))))
 	h := startRouter(t, fake, func(c *Config) { c.ColdStartTimeout = 100 * time.Millisecond })
 
 	busy := h.goCall(t, "default/echo", "/?sleep=1s")
-	poll(t, "the first request in flight", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the first request in flight", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"})
-		return e != nil && e.InFlight.Load() == 1
+		if e == nil {
+			return errors.New("no cache entry")
+		}
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	start := time.Now()
 	r := h.call(t, "default/echo")
@@ -108,9 +118,12 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 	// --max-queue 0: no queue at all.
 	h = startRouter(t, fake, func(c *Config) { c.MaxQueue = 0 })
 	busy = h.goCall(t, "default/strict", "/?sleep=300ms")
-	poll(t, "the first request in flight", func() bool {
+	poll.Until(t, pollTimeout, pollInterval, "the first request in flight", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "strict"})
-		return e != nil && e.InFlight.Load() == 1
+		if e == nil {
+			return errors.New("no cache entry")
+		}
+		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	if r := h.call(t, "default/strict"); r.status != 503 || reasonIn(t, r) != reasonQueueFull {
 		t.Errorf("with no queue: %d %s; want 503 queue_full", r.status, r.body)
@@ -122,6 +135,7 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 // still sends one report per interval to their controller, each covering
 // every function.
 func TestOneReportPerIntervalAtScale(t *testing.T) {
+	t.Parallel()
 	const functions = 1000
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
@@ -135,17 +149,19 @@ func TestOneReportPerIntervalAtScale(t *testing.T) {
 		t.Fatalf("status %d", r.status)
 	}
 	var first int
-	fake.waitFor(t, "a report covering every function", func(f *fakeController) bool {
+	poll.Until(t, pollTimeout, pollInterval, "a report covering every function", fake.holds(func(f *fakeController) error {
 		for i, r := range f.reports {
 			if len(r.GetFunctions()) == functions+1 {
 				first = i
-				return true
+				return nil
 			}
 		}
-		return false
-	})
+		return fmt.Errorf("%d reports, none of %d functions", len(f.reports), functions+1)
+	}))
 	start := time.Now()
-	fake.waitFor(t, "ten more reports", func(f *fakeController) bool { return len(f.reports) >= first+11 })
+	poll.Until(t, pollTimeout, pollInterval, "ten more reports", fake.holds(func(f *fakeController) error {
+		return unmet(len(f.reports) >= first+11, "%d reports", len(f.reports))
+	}))
 	elapsed := time.Since(start)
 	fake.mu.Lock()
 	defer fake.mu.Unlock()

@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"skipper.dev/skipper/internal/poll"
 )
 
 // dialPeer returns an instance connection of the pool's kind (a sock) to
@@ -38,13 +40,15 @@ func dialPeer(t *testing.T, serve func(net.Conn)) *upConn {
 // idle instance connection the instance closed (with stray bytes) is not
 // reused.
 func TestAliveSeesClosedSock(t *testing.T) {
+	t.Parallel()
 	up := dialPeer(t, func(c net.Conn) { _, _ = c.Write([]byte("stray")) })
-	poll(t, "alive to see the closed connection", func() bool { return !alive(up) })
+	poll.Until(t, pollTimeout, pollInterval, "alive to see the closed connection", func(context.Context) error { return unmet(!alive(up), "still alive") })
 }
 
 // TestDeferNextOnlyBeforeAWrite: a flush that writes nothing leaves no
 // write armed, so what is written next (a tunnel's bytes) goes out.
 func TestDeferNextOnlyBeforeAWrite(t *testing.T) {
+	t.Parallel()
 	const want = 4 + 32<<10 + 5
 	got := make(chan int, 1)
 	up := dialPeer(t, func(c net.Conn) {
@@ -70,6 +74,7 @@ func TestDeferNextOnlyBeforeAWrite(t *testing.T) {
 // request's last bytes (an early 413 to a body) is read, not waited for:
 // a write is put off only when nothing of the request went out yet.
 func TestNoDeferAfterPartOfARequest(t *testing.T) {
+	t.Parallel()
 	up := dialPeer(t, func(c net.Conn) {
 		_, _ = c.Read(make([]byte, 100)) // the head
 		_, _ = c.Write([]byte("HTTP/1.1 413 Content Too Large\r\nContent-Length: 0\r\n\r\n"))
@@ -78,7 +83,7 @@ func TestNoDeferAfterPartOfARequest(t *testing.T) {
 	if _, err := up.Conn.Write([]byte("POST / HTTP/1.1\r\nContent-Length: 4\r\n\r\n")); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, "the early answer in the socket", func() bool { return !alive(up) })
+	poll.Until(t, pollTimeout, pollInterval, "the early answer in the socket", func(context.Context) error { return unmet(!alive(up), "still alive") })
 	up.d.deferNext()
 	if _, err := up.Conn.Write([]byte("body")); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 )
 
 func TestBackoff(t *testing.T) {
+	t.Parallel()
 	const base, max = 10 * time.Millisecond, 500 * time.Millisecond
 	tests := []struct {
 		name string
@@ -50,6 +51,7 @@ func TestBackoff(t *testing.T) {
 }
 
 func TestSleepRespectsCancellation(t *testing.T) {
+	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- sleep(ctx, time.Hour) }()
@@ -68,6 +70,7 @@ func TestSleepRespectsCancellation(t *testing.T) {
 }
 
 func TestClassify(t *testing.T) {
+	t.Parallel()
 	dial := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
 	// What net returns for a dial whose Dialer.Timeout passed (a dropped
 	// SYN): it matches context.DeadlineExceeded.
@@ -109,6 +112,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestRetryable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name        string
 		f           failure

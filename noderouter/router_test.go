@@ -3,12 +3,15 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/poll"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -67,7 +71,12 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep 
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rt.run(ctx, data, admin, nil) }()
+	go func() {
+		// Every goroutine of this router carries the test's name, for
+		// waitingIn.
+		pprof.SetGoroutineLabels(pprof.WithLabels(ctx, pprof.Labels(testLabel, t.Name())))
+		done <- rt.run(ctx, data, admin, nil)
+	}()
 	tr := &http.Transport{}
 	t.Cleanup(func() {
 		// Close the client's idle connections first: a connection the client
@@ -81,6 +90,48 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep 
 		}
 	})
 	return &harness{fake: fake, rt: rt, url: "http://" + data.Addr().String(), admin: "http://" + admin.Addr().String(), client: &http.Client{Transport: tr}}
+}
+
+// testLabel is the goroutine label startRouter gives a router's
+// goroutines: the test's name.
+const testLabel = "test"
+
+// waitingIn counts the goroutines of t's router (startRouter) blocked in a
+// select in fn, a function name as runtime.FuncForPC gives it.
+func waitingIn(t *testing.T, fn string) int {
+	t.Helper()
+	var b strings.Builder
+	if err := pprof.Lookup("goroutine").WriteTo(&b, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Each stack: "<count> @ <pc> <pc>...", innermost first (runtime frames
+	// included, unlike the symbolised lines below), then "# labels: {...}".
+	label := fmt.Sprintf("# labels: {%q:%q}", testLabel, t.Name())
+	name := func(pc string) string {
+		v, err := strconv.ParseUint(pc, 0, 64)
+		if f := runtime.FuncForPC(uintptr(v) - 1); err == nil && f != nil {
+			return f.Name()
+		}
+		return ""
+	}
+	n := 0
+	for stack := range strings.SplitSeq(b.String(), "\n\n") {
+		lines := strings.Split(stack, "\n")
+		if len(lines) < 2 || lines[1] != label {
+			continue
+		}
+		count, pcs, _ := strings.Cut(lines[0], " @ ")
+		f := strings.Fields(pcs)
+		if len(f) < 3 || name(f[0]) != "runtime.gopark" || name(f[1]) != "runtime.selectgo" || name(f[2]) != fn {
+			continue
+		}
+		c, err := strconv.Atoi(count)
+		if err != nil {
+			t.Fatalf("goroutine profile: %q", lines[0])
+		}
+		n += c
+	}
+	return n
 }
 
 func listen(t testing.TB) net.Listener {
@@ -185,6 +236,7 @@ func decodeEcho(t *testing.T, r reply) echo.Response {
 }
 
 func TestColdThenWarm(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -227,8 +279,9 @@ func TestColdThenWarm(t *testing.T) {
 	m := h.rt.m
 	// A request is counted as its answer goes out, not before the caller
 	// has it.
-	poll(t, "the fourth request counted", func() bool {
-		return histCount(m.functionSeconds.WithLabelValues("default/echo")) == 4
+	poll.Until(t, pollTimeout, pollInterval, "the fourth request counted", func(context.Context) error {
+		got := histCount(m.functionSeconds.WithLabelValues("default/echo"))
+		return unmet(got == 4, "%v counted", got)
 	})
 	for name, c := range map[string]struct{ got, want float64 }{
 		"get_instance ok":   {counter(m.getInstance.WithLabelValues(resultOK)), 1},
@@ -245,6 +298,7 @@ func TestColdThenWarm(t *testing.T) {
 }
 
 func TestHostAddressing(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("team-a/hello", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, func(c *Config) { c.DefaultNamespace = "team-a" })
@@ -259,6 +313,7 @@ func TestHostAddressing(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/full", func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
 		return nil, status.Error(codes.ResourceExhausted, "pool echo is empty")
@@ -329,6 +384,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	good := startEcho(t, "uid-good")
 	var n int
@@ -370,6 +426,7 @@ func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
 }
 
 func TestDialFailureRetriesCachedInstance(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-good", startEcho(t, "uid-good")), inst("uid-dead", deadAddress(t))))
 	h := startRouter(t, fake, nil)
@@ -393,6 +450,7 @@ func TestDialFailureRetriesCachedInstance(t *testing.T) {
 }
 
 func TestConcurrentMissesShareOneCall(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	addr := startEcho(t, "uid-1")
 	release := make(chan struct{})
@@ -407,8 +465,12 @@ func TestConcurrentMissesShareOneCall(t *testing.T) {
 	for range n {
 		wg.Go(func() { codes <- h.call(t, "default/echo").status })
 	}
-	fake.waitFor(t, "the first GetInstance", func(f *fakeController) bool { return len(f.calls) > 0 })
-	time.Sleep(50 * time.Millisecond) // let the others join the call; sleep: behaviour for now (it synchronises: to become a condition, issue 32)
+	poll.Until(t, pollTimeout, pollInterval, "the first GetInstance", fake.holds(func(f *fakeController) error { return unmet(len(f.calls) > 0, "%d calls", len(f.calls)) }))
+	// Every request waits for the shared call.
+	poll.Until(t, pollTimeout, pollInterval, "every request waiting for the call", func(context.Context) error {
+		w := waitingIn(t, "skipper.dev/skipper/noderouter.(*controlPlane).resolve")
+		return unmet(w == n, "%d of %d waiting", w, n)
+	})
 	close(release)
 	wg.Wait()
 	close(codes)

@@ -252,6 +252,7 @@ func BenchmarkScaleRouterNewFunction(b *testing.B) {
 // benchmarks rely on: every pushed function is cached and reported to its
 // owner once, with its instances and the counters its requests left.
 func TestScaleReport(t *testing.T) {
+	t.Parallel()
 	const n = 300
 	cp := newScaleControlPlane(t)
 	t.Cleanup(cp.close)

@@ -3,6 +3,7 @@ package noderouter
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/net/http/httpguts"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/h1"
 )
 
@@ -487,6 +489,7 @@ func hostileRows() []hostileRow {
 // caller's answer, what the instance read, and that an answer the router
 // could not relay left no connection to the instance open.
 func TestHostileFraming(t *testing.T) {
+	t.Parallel()
 	skipRerun(t)
 	for _, fwd := range forwarders {
 		for _, row := range hostileRows() {
@@ -508,7 +511,7 @@ func TestHostileFraming(t *testing.T) {
 				if row.closes && (fwd != forwarderNethttp || row.wantNethttp == "") {
 					// (nethttp relays what it reads more loosely: a
 					// connection it relayed from stays open.)
-					poll(t, "the instance's connection closed", func() bool { return in.open.Load() == 0 })
+					poll.Until(t, pollTimeout, pollInterval, "the instance's connection closed", func(context.Context) error { return unmet(in.open.Load() == 0, "%d open", in.open.Load()) })
 				}
 				reqs := settleWith(t, p, in, fwd)
 				want, wantFwd := row.expect(fwd)

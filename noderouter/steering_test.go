@@ -221,6 +221,8 @@ func metricValue(t *testing.T, rt *router, name string, labels ...string) (float
 // router's local listener (400: the call names no function), the rewrite is
 // counted, and after shutdown (Withdraw) the same call fails open.
 func TestBPFSteersVIPToLocalAddress(t *testing.T) {
+	// Not parallel: it enters network namespaces and attaches BPF programs to
+	// a cgroup, kernel state the process shares.
 	for _, skMsg := range []bool{false, true} {
 		t.Run(fmt.Sprintf("sk_msg=%v", skMsg), func(t *testing.T) { testBPFSteersVIPToLocalAddress(t, skMsg) })
 	}
@@ -318,6 +320,8 @@ func testBPFSteersVIPToLocalAddress(t *testing.T, skMsg bool) {
 // says so, when the programs cannot load (here: the pin dir is not on bpffs,
 // or, without root, the missing privileges), while --bpf=required fails.
 func TestBPFAutoDegrades(t *testing.T) {
+	// Not parallel: as root it makes a cgroup and loads BPF programs, kernel
+	// state the process shares.
 	cfg := bpfTestConfig(t)
 	cfg.BPF, cfg.BPFPinDir = BPFAuto, t.TempDir()
 	if os.Geteuid() == 0 {
@@ -369,6 +373,7 @@ func TestBPFAutoDegrades(t *testing.T) {
 
 // TestCleanup checks bpf-cleanup's removal in a fresh network namespace.
 func TestCleanupRemovesAddress(t *testing.T) {
+	// Not parallel: it enters a network namespace (the thread's).
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (CAP_SYS_ADMIN for a network namespace, CAP_NET_ADMIN for links)")
 	}

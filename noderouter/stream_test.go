@@ -1,13 +1,16 @@
 package noderouter
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"skipper.dev/skipper/internal/poll"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
 func TestStream(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, nil)
@@ -15,13 +18,13 @@ func TestStream(t *testing.T) {
 		t.Fatalf("status %d", r.status)
 	}
 
-	fake.waitFor(t, "hello and a report counting the request", func(f *fakeController) bool {
+	poll.Until(t, pollTimeout, pollInterval, "hello and a report counting the request", fake.holds(func(f *fakeController) error {
 		if len(f.hellos) == 0 || len(f.reports) == 0 {
-			return false
+			return fmt.Errorf("%d hellos, %d reports", len(f.hellos), len(f.reports))
 		}
 		fns := f.reports[len(f.reports)-1].GetFunctions()
-		return len(fns) == 1 && fns[0].GetRequestsTotal() == 1
-	})
+		return unmet(len(fns) == 1 && fns[0].GetRequestsTotal() == 1, "the last report: %v", fns)
+	}))
 	fake.mu.Lock()
 	hello := fake.hellos[0]
 	rep := fake.reports[len(fake.reports)-1]
@@ -48,9 +51,9 @@ func TestStream(t *testing.T) {
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 2,
 		Instances: []*pb.Instance{inst("uid-2", startEcho(t, "uid-2"))},
 	}}}
-	fake.waitFor(t, "ack of generation 2", func(f *fakeController) bool {
-		return len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2
-	})
+	poll.Until(t, pollTimeout, pollInterval, "ack of generation 2", fake.holds(func(f *fakeController) error {
+		return unmet(len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2, "acks %v", f.acks)
+	}))
 	if got := decodeEcho(t, h.call(t, "default/echo")); got.Pod.UID != "uid-2" {
 		t.Errorf("after update answered by %q, want uid-2", got.Pod.UID)
 	}
@@ -59,7 +62,7 @@ func TestStream(t *testing.T) {
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 1,
 		Instances: []*pb.Instance{inst("uid-1", "127.0.0.1:1")},
 	}}}
-	fake.waitFor(t, "second ack", func(f *fakeController) bool { return len(f.acks) == 2 })
+	poll.Until(t, pollTimeout, pollInterval, "second ack", fake.holds(func(f *fakeController) error { return unmet(len(f.acks) == 2, "%d acks", len(f.acks)) }))
 	fake.mu.Lock()
 	if g := fake.acks[1].GetGeneration(); g != 2 {
 		t.Errorf("stale update acked with generation %d, want 2", g)
@@ -70,7 +73,7 @@ func TestStream(t *testing.T) {
 	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 3, Removed: true,
 	}}}
-	fake.waitFor(t, "ack of the removal", func(f *fakeController) bool { return len(f.acks) == 3 })
+	poll.Until(t, pollTimeout, pollInterval, "ack of the removal", fake.holds(func(f *fakeController) error { return unmet(len(f.acks) == 3, "%d acks", len(f.acks)) }))
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("after removal: %d", r.status)
 	}
@@ -80,6 +83,7 @@ func TestStream(t *testing.T) {
 }
 
 func TestStreamReconnects(t *testing.T) {
+	t.Parallel()
 	fake := startFakeController(t)
 	fake.failConnects = 2
 	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
@@ -87,14 +91,14 @@ func TestStreamReconnects(t *testing.T) {
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("status %d", r.status)
 	}
-	fake.waitFor(t, "a hello after two failed connects", func(f *fakeController) bool { return len(f.hellos) == 1 })
+	poll.Until(t, pollTimeout, pollInterval, "a hello after two failed connects", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) == 1, "%d hellos", len(f.hellos)) }))
 	if got := counter(h.rt.m.reconnects); got < 2 {
 		t.Errorf("stream_reconnects_total = %v, want ≥ 2", got)
 	}
 
 	// The next stream re-subscribes to what the router holds.
 	fake.kick <- struct{}{}
-	fake.waitFor(t, "a second hello", func(f *fakeController) bool { return len(f.hellos) == 2 })
+	poll.Until(t, pollTimeout, pollInterval, "a second hello", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) == 2, "%d hellos", len(f.hellos)) }))
 	fake.mu.Lock()
 	subs := fake.hellos[1].GetSubscriptions()
 	fake.mu.Unlock()

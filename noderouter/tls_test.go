@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"skipper.dev/skipper/controller/flagenv"
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles/tlstest"
 )
@@ -30,6 +31,7 @@ func withControllerTLS(t *testing.T) func(*router) {
 // start and its stream); one without, or with another CA, gets nothing
 // from it.
 func TestControllersOverTLS(t *testing.T) {
+	t.Parallel()
 	ca := tlstest.NewCA(t)
 	srvFiles, err := tlsfiles.Load(tlstest.NewDir(t, ca.Files(ca.Issue(t, testServerName))).Path, tlsfiles.Options{Cert: true})
 	if err != nil {
@@ -43,7 +45,7 @@ func TestControllersOverTLS(t *testing.T) {
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("cold call through a TLS controller: %d %s", r.status, r.body)
 	}
-	fake.waitFor(t, "a Hello over TLS", func(f *fakeController) bool { return len(f.hellos) > 0 })
+	poll.Until(t, pollTimeout, pollInterval, "a Hello over TLS", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) > 0, "%d hellos", len(f.hellos)) }))
 	for _, res := range []string{tlsReloadOK, tlsReloadError} {
 		if v, ok := metricValue(t, h.rt, "skipper_noderouter_tls_reloads_total", "result", res); !ok || v != 0 {
 			t.Errorf("tls_reloads_total{result=%q} = %v, %v; want 0, present", res, v, ok)
@@ -83,6 +85,7 @@ func TestControllersOverTLS(t *testing.T) {
 
 // A --controller-tls-dir that cannot be used stops the router at start.
 func TestRunControllerTLSDirBad(t *testing.T) {
+	t.Parallel()
 	dir := tlstest.NewDir(t, map[string][]byte{tlsfiles.CAFile: []byte("not PEM")}).Path
 	err := Run(t.Context(), []string{"--node-name=n1", "--pod-name=r1", "--controller-addresses=127.0.0.1:1", "--controller-tls-dir=" + dir}, flagenv.Map(nil), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--controller-tls-dir: tls: ca.crt in "+dir+": no PEM certificate") {

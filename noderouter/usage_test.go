@@ -1,8 +1,10 @@
 package noderouter
 
 import (
+	"fmt"
 	"testing"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/cgroup"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -11,6 +13,7 @@ import (
 // instances on the router's node, read from their cgroups (a testdata tree
 // here), and nothing for instances elsewhere.
 func TestReportsInstanceUsage(t *testing.T) {
+	t.Parallel()
 	const local = "5b0e0e0e-aaaa-bbbb-cccc-000000000002" // in cgroup/testdata/hybrid
 	fake := startFakeController(t)
 	remote := inst("remote", startEcho(t, "remote"))
@@ -25,18 +28,18 @@ func TestReportsInstanceUsage(t *testing.T) {
 		t.Fatalf("status %d", r.status)
 	}
 	var got map[string]*pb.InstanceReport
-	fake.waitFor(t, "a report with the local instance's CPU and memory", func(f *fakeController) bool {
+	poll.Until(t, pollTimeout, pollInterval, "a report with the local instance's CPU and memory", fake.holds(func(f *fakeController) error {
 		n := len(f.reports)
 		if n == 0 || len(f.reports[n-1].GetFunctions()) == 0 {
-			return false
+			return fmt.Errorf("%d reports, the last of no function", n)
 		}
 		got = map[string]*pb.InstanceReport{}
 		for _, ir := range f.reports[n-1].GetFunctions()[0].GetInstances() {
 			got[ir.GetPodUid()] = ir
 		}
 		// CPU needs two samples: the first has no delta.
-		return got[local] != nil && got[local].CpuMillicores != nil
-	})
+		return unmet(got[local] != nil && got[local].CpuMillicores != nil, "the last report's instances: %v", got)
+	}))
 	if l := got[local]; l.GetCpuMillicores() != 0 || l.MemoryBytes == nil || l.GetMemoryBytes() != 16777216 {
 		t.Errorf("local instance: cpu %v memory %v; want 0 millicores (a static tree) and 16777216 bytes", l.CpuMillicores, l.MemoryBytes)
 	}

@@ -19,6 +19,7 @@ import (
 )
 
 func TestServiceVIPs(t *testing.T) {
+	t.Parallel()
 	ap := netip.MustParseAddrPort
 	for _, tc := range []struct {
 		name string
@@ -43,6 +44,7 @@ func TestServiceVIPs(t *testing.T) {
 }
 
 func TestResolveCgroup(t *testing.T) {
+	t.Parallel()
 	cg2 := map[string]bool{"/sys/fs/cgroup/unified": true, "/sys/fs/cgroup/unified/skipper/node1": true, "/host/cgroup": true}
 	isCG2 := func(d string) bool { return cg2[filepath.Clean(d)] }
 	mount := func() (string, error) { return "/sys/fs/cgroup/unified", nil }
@@ -82,6 +84,7 @@ func TestResolveCgroup(t *testing.T) {
 // (The e2e suite runs it against the real API server with the Role of
 // deploy/base, which grants list and watch of that one name.)
 func TestWatchServiceVIPs(t *testing.T) {
+	t.Parallel()
 	cs := fake.NewClientset(&corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "skipper-system"},
 		Spec:       corev1.ServiceSpec{ClusterIP: "198.19.0.99", Ports: []corev1.ServicePort{{Port: 80}}},

@@ -3,6 +3,7 @@ package noderouter
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"golang.org/x/net/http/httpguts"
 
+	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/noderouter/h1"
 	"skipper.dev/skipper/noderouter/route"
 )
@@ -228,13 +230,13 @@ func settleWith(t *testing.T, p *proxy, in *wireInstance, fwd string) []wireReq 
 		// The loops close their idle connections at their next sweep once
 		// the pool is closed.
 		p.pool.close()
-		poll(t, "the instance's connections closed", func() bool { return in.open.Load() == 0 })
+		poll.Until(t, pollTimeout, pollInterval, "the instance's connections closed", func(context.Context) error { return unmet(in.open.Load() == 0, "%d open", in.open.Load()) })
 	default:
 		// The transport may put a connection back after the caller's
 		// connection ended.
-		poll(t, "the instance's connections closed", func() bool {
+		poll.Until(t, pollTimeout, pollInterval, "the instance's connections closed", func(context.Context) error {
 			p.nethttp.transport.CloseIdleConnections()
-			return in.open.Load() == 0
+			return unmet(in.open.Load() == 0, "%d open", in.open.Load())
 		})
 	}
 	in.stop()
@@ -329,6 +331,7 @@ func wireCall(t testing.TB, addr string, writes []string, methods []string, half
 // (and, under h1, wireAgree), and how many connections the instance
 // accepted.
 func TestWire(t *testing.T) {
+	t.Parallel()
 	for _, tt := range wireRows() {
 		t.Run(tt.name, func(t *testing.T) {
 			if testForwarder == forwarderNethttp && tt.skipNethttp != "" {
@@ -410,6 +413,7 @@ func strs[T fmt.Stringer](l []T) []string {
 // spliced; the instance got the request with Connection: Upgrade and its
 // Upgrade.
 func TestWireUpgrade(t *testing.T) {
+	t.Parallel()
 	in := startWireInstance(t, func(int, *http.Request) wireAnswer {
 		return wireAnswer{raw: "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: wire\r\nX-Wire: 0\r\n\r\n"}
 	})
