@@ -215,7 +215,10 @@ func TestColdStartWhileAPIServerDown(t *testing.T) {
 	}
 	start()
 
-	poll.Until(t, 30*time.Second, pollInterval, "the claim recorded on the pod", func(ctx context.Context) error {
+	// The owner's record retries every 5 s at most, but an owner whose
+	// connection to the API server came back last (see waitRecovered) may
+	// take a minute more.
+	poll.Until(t, 90*time.Second, pollInterval, "the claim recorded on the pod", func(ctx context.Context) error {
 		pods, err := env.kube.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelFunction + "=" + name})
 		if err != nil {
 			return err
