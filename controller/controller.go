@@ -136,10 +136,11 @@ func (b *broadcast) notify() {
 	}
 }
 
-func newController(cfg Config, self string, log *slog.Logger, core kubernetes.Interface, dyn dynamic.Interface, key assignKey, m *metrics) (*controller, error) {
+func newController(cfg Config, self string, log *slog.Logger, cl clients, key assignKey, m *metrics) (*controller, error) {
+	wcore, wdyn := cl.watch()
 	c := &controller{
-		cfg: cfg, self: self, log: log, core: core, dyn: dyn,
-		cache:   newKubeCache(core, dyn, cfg),
+		cfg: cfg, self: self, log: log, core: cl.core, dyn: cl.dyn,
+		cache:   newKubeCache(wcore, wdyn, cfg),
 		metrics: m,
 		// Kept-alive connections to instances, one per pool pod at most:
 		// the assign goes out on the one preconnect opened.

@@ -1,13 +1,23 @@
 package controller
 
 import (
+	"context"
+	"io"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -172,5 +182,51 @@ func TestToFunctionMetadataFallback(t *testing.T) {
 	}
 	if inv.fn.Key() != "default/odd" || inv.fn.UID != "u2" || !strings.Contains(inv.err.Error(), "metadata.labels: ") {
 		t.Errorf("invalid function %s uid %s err %v", inv.fn.Key(), inv.fn.UID, inv.err)
+	}
+}
+
+// TestInformersUseTheWatchClients: the informers list and watch through the
+// watch clients (Run gives them a dial that waits out refusals) and nothing
+// else does; direct calls keep the plain clients, so a call on a request's
+// path fails at once during an outage. Without watch clients, the informers
+// take the plain ones (tests pass fakes).
+func TestInformersUseTheWatchClients(t *testing.T) {
+	t.Parallel()
+	newDyn := func() *dynamicfake.FakeDynamicClient {
+		return dynamicfake.NewSimpleDynamicClientWithCustomListKinds(kruntime.NewScheme(),
+			map[schema.GroupVersionResource]string{v1alpha1.Resource: "FunctionList"})
+	}
+	direct, watch := fake.NewClientset(), fake.NewClientset(poolPod("echo-1", "echo"))
+	directDyn, watchDyn := newDyn(), newDyn()
+	cl := clients{core: direct, dyn: directDyn, watchCore: watch, watchDyn: watchDyn}
+	c, err := newController(validConfig(), "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), cl, newTestAssignKey(t), newMetrics())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.shutDownQueues)
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	c.cache.run(ctx, &wg)
+	if !c.cache.waitSynced(ctx) {
+		t.Fatal("cache not synced")
+	}
+	if _, ok, _ := c.cache.set("default").pods.GetIndexer().GetByKey("default/echo-1"); !ok {
+		t.Error("the pod the watch clientset holds is not in the cache")
+	}
+	if c.core != kubernetes.Interface(direct) || c.dyn != dynamic.Interface(directDyn) {
+		t.Error("direct calls do not go through the plain clients")
+	}
+	if n := len(direct.Actions()) + len(directDyn.Actions()); n != 0 {
+		t.Errorf("the plain clients served %d informer actions, want 0: %v", n, direct.Actions())
+	}
+	if len(watch.Actions()) == 0 || len(watchDyn.Actions()) == 0 {
+		t.Errorf("the watch clients served %d and %d actions, want some", len(watch.Actions()), len(watchDyn.Actions()))
+	}
+
+	gotCore, gotDyn := clients{core: direct, dyn: directDyn}.watch()
+	if gotCore != kubernetes.Interface(direct) || gotDyn != dynamic.Interface(directDyn) {
+		t.Error("without watch clients, the informers do not take the plain ones")
 	}
 }

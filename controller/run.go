@@ -28,6 +28,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"skipper.dev/skipper/controller/trust"
+	"skipper.dev/skipper/internal/kubedial"
 	"skipper.dev/skipper/internal/loglevel"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
@@ -73,6 +74,23 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	if err != nil {
 		return fmt.Errorf("kubernetes dynamic client: %w", err)
 	}
+	// The informers get clients of their own whose connects wait out an API
+	// server that refuses them (restarting behind the kubernetes Service), so
+	// their watches resume within a second of its return rather than after
+	// client-go's backoff. Calls on a request's path keep the plain dial: a
+	// TokenReview during an outage fails at once and local verification
+	// takes over.
+	dial := kubedial.New(log.With("component", "kube-dial")).DialContext
+	wpc, wrc := rest.CopyConfig(pc), rest.CopyConfig(rc)
+	wpc.Dial, wrc.Dial = dial, dial
+	watchCore, err := kubernetes.NewForConfig(wpc)
+	if err != nil {
+		return fmt.Errorf("kubernetes client for informers: %w", err)
+	}
+	watchDyn, err := dynamic.NewForConfig(wrc)
+	if err != nil {
+		return fmt.Errorf("kubernetes dynamic client for informers: %w", err)
+	}
 	grpcLis, err := net.Listen("tcp", cfg.GRPCListen)
 	if err != nil {
 		return fmt.Errorf("listen --grpc-listen: %w", err)
@@ -82,13 +100,28 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 		grpcLis.Close()
 		return fmt.Errorf("listen --http-listen: %w", err)
 	}
-	return serve(ctx, cfg, log, clients{core: core, dyn: dyn}, grpcLis, httpLis)
+	return serve(ctx, cfg, log, clients{core: core, dyn: dyn, watchCore: watchCore, watchDyn: watchDyn}, grpcLis, httpLis)
 }
 
 // clients are the Kubernetes API clients a replica uses; tests pass fakes.
 type clients struct {
-	core kubernetes.Interface
+	core kubernetes.Interface // direct calls
 	dyn  dynamic.Interface
+	// watchCore and watchDyn feed the informers; nil means core and dyn.
+	watchCore kubernetes.Interface
+	watchDyn  dynamic.Interface
+}
+
+// watch returns the clients the informers use.
+func (cl clients) watch() (kubernetes.Interface, dynamic.Interface) {
+	core, dyn := cl.watchCore, cl.watchDyn
+	if core == nil {
+		core = cl.core
+	}
+	if dyn == nil {
+		dyn = cl.dyn
+	}
+	return core, dyn
 }
 
 // serve runs a replica on the given listeners (it closes them) until ctx
@@ -125,7 +158,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	if err != nil {
 		return fmt.Errorf("assign key: %w", err)
 	}
-	c, err := newController(cfg, self, log, cl.core, cl.dyn, key, m)
+	c, err := newController(cfg, self, log, cl, key, m)
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func newScaleReplica(tb testing.TB, n int) *scaleReplica {
 		return true, out, nil
 	})
 	key := newTestAssignKey(tb)
-	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), core, dyn, key, newMetrics())
+	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), clients{core: core, dyn: dyn}, key, newMetrics())
 	if err != nil {
 		tb.Fatal(err)
 	}

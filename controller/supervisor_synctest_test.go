@@ -62,7 +62,7 @@ func fakeTimeController(t *testing.T, modify func(*v1alpha1.Function), answer fu
 	cfg.ScaleInterval, cfg.HeartbeatTimeout, cfg.ReportInterval = time.Second, 3*time.Second, time.Second
 	cfg.ScaleDownStabilization, cfg.StatusInterval = 10*time.Second, time.Second
 	key := newTestAssignKey(t)
-	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), e.core, e.dyn, key, newMetrics())
+	c, err := newController(cfg, "127.0.0.1:9090", slog.New(slog.NewTextHandler(io.Discard, nil)), clients{core: e.core, dyn: e.dyn}, key, newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

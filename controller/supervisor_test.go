@@ -51,7 +51,7 @@ func startController(t *testing.T, e *testEnv, modify func(*Config)) *controller
 	}
 	key := newTestAssignKey(t)
 	log := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c, err := newController(cfg, "127.0.0.1:9090", log, e.core, e.dyn, key, newMetrics())
+	c, err := newController(cfg, "127.0.0.1:9090", log, clients{core: e.core, dyn: e.dyn}, key, newMetrics())
 	if err != nil {
 		t.Fatal(err)
 	}

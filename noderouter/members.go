@@ -17,11 +17,13 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"skipper.dev/skipper/controller/ring"
+	"skipper.dev/skipper/internal/kubedial"
 )
 
 // kubeClient builds a clientset from kubeconfig, or in-cluster config when
-// it is empty.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// it is empty; its connects wait out an API server that refuses them
+// (internal/kubedial).
+func kubeClient(kubeconfig string, log *slog.Logger) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -33,6 +35,7 @@ func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.UserAgent = "skipper-noderouter"
+	cfg.Dial = kubedial.New(log.With("component", "kube-dial")).DialContext
 	cfg.ContentType = runtime.ContentTypeProtobuf // built-in kinds only: cheaper for the API server
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -102,10 +102,11 @@ func stopAPIServer(t *testing.T) (start func()) {
 // outage as far as the next test needs: a Function created now, one owned
 // by each controller replica, is callable. The controllers reach the API
 // server through the kubernetes Service, whose endpoint the stopping API
-// server withdrew and kube-proxy must restore; each replica's watches come
-// back only after client-go's backoff, and until then its cache may miss
-// new Functions and list pool pods that are gone. Later tests give a new
-// Function seconds, not that.
+// server withdrew and kube-proxy must restore (its own watch backs off:
+// 5-20 s here); each replica's watches resume within a second of that
+// (internal/kubedial), and until then its cache may miss new Functions and
+// list pool pods that are gone. Later tests give a new Function seconds,
+// not that.
 func waitRecovered(t *testing.T) {
 	t.Helper()
 	fns := env.dyn.Resource(v1alpha1.Resource).Namespace("default")
