@@ -23,6 +23,11 @@
 //	HTTP/1.1, --forwarder=nethttp; all h2c    net/http (nethttp.go)
 //	an upgrade (WebSocket)                    tunnelled, holding its slot
 //
+// Instance connections are kept in one pool (idleshard.go), last in first
+// out per instance: a shard per event loop, without a lock, and one locked
+// shard (pool.go) the goroutine path and pre-connections share; net/http's
+// Transport keeps its own (nethttp.go, the reference).
+//
 // Around the data plane: the route cache and its instance picks
 // (route/), the controllers' ring and one gRPC stream to each
 // (controlplane.go, stream.go, members.go), the node-local address and BPF

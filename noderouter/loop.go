@@ -54,11 +54,12 @@ type evloop struct {
 	posts []func() // run by the loop (post)
 	ended bool     // run returned; posts run at once
 
-	lns      map[int]bool // listener fds (duplicates of the server's)
-	conns    []*lconn     // by fd
-	serial   uint32       // of the last connection added
-	callers  int          // caller connections open
-	idle     map[string][]*lconn
+	lns      map[int]bool      // listener fds (duplicates of the server's)
+	conns    []*lconn          // by fd
+	serial   uint32            // of the last connection added
+	callers  int               // caller connections open
+	idle     idleShard[*lconn] // its shard of the instance pool
+	dropIdle func(*lconn)      // closeIdle, made once (a method value per call would allocate)
 	addrs    map[string]sockaddr
 	events   []unix.EpollEvent
 	draining bool
@@ -112,9 +113,10 @@ func newEvloop(s *h1Server, exclusive, spare bool) (*evloop, error) {
 		return nil, fmt.Errorf("epoll_ctl eventfd: %w", err)
 	}
 	l := &evloop{s: s, p: s.p, log: s.log, ep: ep, wake: wake, exclusive: exclusive, spare: spare,
-		lns: map[int]bool{}, idle: map[string][]*lconn{}, addrs: map[string]sockaddr{},
+		lns: map[int]bool{}, addrs: map[string]sockaddr{},
 		events: make([]unix.EpollEvent, loopEvents)}
 	l.fdw.l = l
+	l.dropIdle = l.closeIdle
 	l.bw = bufio.NewWriterSize(&l.fdw, loopBufSize)
 	l.br = bufio.NewReaderSize(&l.rd, loopBufSize)
 	return l, nil
@@ -186,7 +188,7 @@ func (l *evloop) run() {
 	l.sweepAt = time.Now().Add(loopSweep)
 	for !l.stopped && !(l.draining && l.callers == 0) {
 		timeout := -1
-		if l.callers > 0 || len(l.idle) > 0 || l.paused {
+		if l.callers > 0 || l.idle.len() > 0 || l.paused {
 			timeout = int(max(time.Until(l.sweepAt), 0) / time.Millisecond)
 		}
 		n, err := l.wait(timeout)
@@ -396,26 +398,7 @@ func (l *evloop) sweep(now time.Time) time.Time {
 			l.close(c)
 		}
 	}
-	poolClosed := l.p.pool.isClosed()
-	for addr, list := range l.idle {
-		n := 0
-		for n < len(list) && (poolClosed || now.Sub(list[n].since) >= l.p.pool.idleTimeout) {
-			n++
-		}
-		if n == 0 {
-			continue
-		}
-		stale := append([]*lconn(nil), list[:n]...)
-		if n == len(list) {
-			delete(l.idle, addr)
-		} else {
-			l.idle[addr] = append(list[:0], list[n:]...)
-		}
-		for _, up := range stale {
-			up.pooled = false
-			l.close(up)
-		}
-	}
+	l.idle.sweep(now, l.p.pool.idleTimeout, l.p.pool.isClosed(), l.dropIdle)
 	if len(l.addrs) > 4096 {
 		clear(l.addrs)
 	}
@@ -464,7 +447,7 @@ func (l *evloop) closeAll() {
 			l.close(c)
 		}
 	}
-	clear(l.idle)
+	l.idle = idleShard[*lconn]{} // empty already: close unpooled each
 	for fd := range l.lns {
 		_ = unix.Close(fd)
 	}

@@ -34,11 +34,13 @@ type lconn struct {
 
 	// An instance's.
 	addr       string
-	pooled     bool // in the loop's idle list
+	pooled     bool // in the loop's shard of the instance pool
 	connecting bool
 	dialBy     time.Time
 	reused     bool
 }
+
+func (c *lconn) idleSince() time.Time { return c.since }
 
 func (l *evloop) conn(fd int) *lconn {
 	if fd < len(l.conns) {

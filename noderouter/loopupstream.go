@@ -10,56 +10,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// upstream returns a kept-alive connection to addr, the one used last, or
-// a new one.
+// upstream returns a kept-alive connection to addr from the loop's shard
+// of the instance pool, the one used last, or a new one.
 func (l *evloop) upstream(addr string, now time.Time) (*lconn, error) {
-	list := l.idle[addr]
-	for len(list) > 0 {
-		up := list[len(list)-1]
-		list[len(list)-1] = nil
-		list = list[:len(list)-1]
-		l.idle[addr] = list
+	if up, ok := l.idle.take(addr, now, l.p.pool.idleTimeout, l.dropIdle); ok {
 		up.pooled = false
-		if now.Sub(up.since) < l.p.pool.idleTimeout {
-			if len(list) == 0 {
-				delete(l.idle, addr)
-			}
-			up.reused = true
-			return up, nil
-		}
-		l.close(up)
+		up.reused = true
+		return up, nil
 	}
-	delete(l.idle, addr)
 	return l.dial(addr, now)
 }
 
-// putIdle keeps up for the next request to its address, unless the pool
-// of the address is full.
+// putIdle keeps up for the next request to its address, unless the
+// loop's shard holds as many as it may for the address.
 func (l *evloop) putIdle(up *lconn, now time.Time) {
-	list := l.idle[up.addr]
-	if len(list) >= l.p.pool.maxIdle || l.draining || l.p.pool.isClosed() {
+	if l.draining || l.p.pool.isClosed() {
 		l.close(up)
 		return
 	}
-	up.since, up.pooled, up.n = now, true, 0
-	l.idle[up.addr] = append(list, up)
+	up.since, up.n = now, 0
+	if !l.idle.put(up.addr, up, l.p.pool.maxIdle) {
+		l.close(up)
+		return
+	}
+	up.pooled = true
 }
 
-// unpool takes up out of its address's idle list.
+// unpool takes up out of the loop's shard (closed while idle).
 func (l *evloop) unpool(up *lconn) {
-	list := l.idle[up.addr]
-	for i, o := range list {
-		if o == up {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(l.idle, up.addr)
-	} else {
-		l.idle[up.addr] = list
-	}
+	l.idle.remove(up.addr, up)
 	up.pooled = false
+}
+
+// closeIdle closes up, which the loop's shard has let go.
+func (l *evloop) closeIdle(up *lconn) {
+	up.pooled = false
+	l.close(up)
 }
 
 // dial starts a connect to addr (non-blocking: the request waits in the

@@ -10,18 +10,18 @@ import (
 	"time"
 )
 
-// upstreamPool keeps the h1 forwarder's idle keep-alive connections to
-// instances, last in first out per instance address: the connection used
-// last is warm in every cache and the oldest ones age out when a function
-// needs fewer. It starts no goroutine; the router's sweep closes
-// connections idle longer than idleTimeout.
+// upstreamPool is the instance pool's shared shard (idleShard): the idle
+// keep-alive connections of the h1 path, which pre-connections fill. Each
+// event loop keeps a shard of its own, of the same kind, without a lock.
+// It starts no goroutine: the router's Run sweeps it (sweep), and get
+// closes the expired connections it meets.
 type upstreamPool struct {
 	dialer      *net.Dialer
 	maxIdle     int // per address
 	idleTimeout time.Duration
 
 	mu     sync.Mutex
-	idle   map[string][]*upConn
+	idle   idleShard[*upConn]
 	closed bool
 	// closedFlag is closed, read without mu (by the event loops).
 	closedFlag atomic.Bool
@@ -42,6 +42,10 @@ type upConn struct {
 	deadline time.Time
 }
 
+func (c *upConn) idleSince() time.Time { return c.since }
+
+func closeUpConn(c *upConn) { _ = c.Close() }
+
 // setDeadline sets the read and write deadline, unless it is on already
 // (each set is a timer change of the runtime's).
 func (c *upConn) setDeadline(t time.Time) {
@@ -55,31 +59,20 @@ func (c *upConn) setDeadline(t time.Time) {
 const upstreamBufSize = 16 << 10
 
 func newUpstreamPool(d *net.Dialer, maxIdle int, idleTimeout time.Duration) *upstreamPool {
-	return &upstreamPool{dialer: d, maxIdle: maxIdle, idleTimeout: idleTimeout, idle: make(map[string][]*upConn)}
+	return &upstreamPool{dialer: d, maxIdle: maxIdle, idleTimeout: idleTimeout}
 }
 
 // get returns the most recently used idle connection to addr, nil when
 // there is none. Expired ones found on the way are closed.
 func (p *upstreamPool) get(addr string, now time.Time) *upConn {
 	p.mu.Lock()
-	l := p.idle[addr]
-	for len(l) > 0 {
-		c := l[len(l)-1]
-		l[len(l)-1] = nil
-		l = l[:len(l)-1]
-		if now.Sub(c.since) < p.idleTimeout {
-			p.idle[addr] = l
-			p.mu.Unlock()
-			c.reused = true
-			return c
-		}
-		_ = c.Close()
-	}
-	if l != nil {
-		delete(p.idle, addr)
-	}
+	c, ok := p.idle.take(addr, now, p.idleTimeout, closeUpConn)
 	p.mu.Unlock()
-	return nil
+	if !ok {
+		return nil
+	}
+	c.reused = true
+	return c
 }
 
 // dial opens a new connection to addr.
@@ -127,35 +120,19 @@ func (p *upstreamPool) put(c *upConn, now time.Time) {
 	}
 	c.since = now
 	p.mu.Lock()
-	if p.closed || len(p.idle[c.addr]) >= p.maxIdle {
-		p.mu.Unlock()
-		_ = c.Close()
-		return
-	}
-	p.idle[c.addr] = append(p.idle[c.addr], c)
+	kept := !p.closed && p.idle.put(c.addr, c, p.maxIdle)
 	p.mu.Unlock()
+	if !kept {
+		_ = c.Close()
+	}
 }
 
-// sweep closes connections idle since before now-idleTimeout (the oldest
-// sit at the front of each list).
+// sweep closes connections idle since before now-idleTimeout; Run calls
+// it every half idle timeout.
 func (p *upstreamPool) sweep(now time.Time) {
 	var stale []*upConn
 	p.mu.Lock()
-	for addr, l := range p.idle {
-		n := 0
-		for n < len(l) && now.Sub(l[n].since) >= p.idleTimeout {
-			n++
-		}
-		if n == 0 {
-			continue
-		}
-		stale = append(stale, l[:n]...)
-		if n == len(l) {
-			delete(p.idle, addr)
-		} else {
-			p.idle[addr] = append(l[:0], l[n:]...)
-		}
-	}
+	p.idle.sweep(now, p.idleTimeout, false, func(c *upConn) { stale = append(stale, c) })
 	p.mu.Unlock()
 	for _, c := range stale {
 		_ = c.Close()
@@ -166,7 +143,7 @@ func (p *upstreamPool) sweep(now time.Time) {
 func (p *upstreamPool) idleCount(addr string) int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.idle[addr])
+	return p.idle.count(addr)
 }
 
 // isClosed reports that close was called (the event loops then close
@@ -175,16 +152,14 @@ func (p *upstreamPool) isClosed() bool { return p.closedFlag.Load() }
 
 // close closes every idle connection; connections put later are closed.
 func (p *upstreamPool) close() {
+	var all []*upConn
 	p.mu.Lock()
 	p.closed = true
 	p.closedFlag.Store(true)
-	idle := p.idle
-	p.idle = make(map[string][]*upConn)
+	p.idle.sweep(time.Time{}, 0, true, func(c *upConn) { all = append(all, c) })
 	p.mu.Unlock()
-	for _, l := range idle {
-		for _, c := range l {
-			_ = c.Close()
-		}
+	for _, c := range all {
+		_ = c.Close()
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 
 	"skipper.dev/skipper/bpf"
 	"skipper.dev/skipper/internal/loglevel"
+	"skipper.dev/skipper/internal/tick"
 	"skipper.dev/skipper/noderouter/callers"
 	"skipper.dev/skipper/noderouter/cgroup"
 	"skipper.dev/skipper/noderouter/localaddr"
@@ -254,6 +255,8 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	}
 	// Checked every report interval, like the reports that walk the cache.
 	wg.Go(func() { rt.cp.sweepLoop(bg, rt.cfg.ReportInterval) })
+	// The instance pool's shared shard (each event loop sweeps its own).
+	wg.Go(func() { tick.After(bg, max(rt.proxy.pool.idleTimeout/2, 100*time.Millisecond), rt.proxy.pool.sweep) })
 	if rt.cp.usage.reader != nil {
 		wg.Go(func() { rt.cp.usage.run(bg, rt.cfg.ReportInterval) })
 	}

@@ -3,21 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"skipper.dev/skipper/controller"
+	"skipper.dev/skipper/internal/cmdmain"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := controller.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "skipper-controller:", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("skipper-controller", controller.Run) }

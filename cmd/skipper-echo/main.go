@@ -1,21 +1,11 @@
+// Command skipper-echo is the runtime of Skipper's demo function and pool
+// pods; see package skipper.dev/skipper/cmd/skipper-echo/echo and
+// `skipper-echo --help`.
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/internal/cmdmain"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := echo.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "skipper-echo:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("skipper-echo", echo.Run) }

@@ -3,21 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"skipper.dev/skipper/internal/cmdmain"
 	"skipper.dev/skipper/noderouter"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := noderouter.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
-	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "skipper-noderouter:", err)
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("skipper-noderouter", noderouter.Run) }

@@ -4,21 +4,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-	"os/signal"
-	"syscall"
-
+	"skipper.dev/skipper/internal/cmdmain"
 	"skipper.dev/skipper/tests/cluster"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := cluster.Run(ctx, os.Args[1:], os.LookupEnv, os.Stderr); err != nil {
-		fmt.Fprintln(os.Stderr, "skipper-cluster:", err)
-		stop()
-		os.Exit(1)
-	}
-}
+func main() { cmdmain.Main("skipper-cluster", cluster.Run) }

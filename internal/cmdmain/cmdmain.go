@@ -1,0 +1,30 @@
+// Package cmdmain is the main function of Skipper's commands: each
+// command's package exports a Run taking its context, arguments,
+// environment lookup and stderr, and its main is one call to Main.
+package cmdmain
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// RunFunc is a command's Run.
+type RunFunc func(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error
+
+// Main runs run with the process's arguments, environment and stderr under
+// a context that ends at SIGINT or SIGTERM (further signals are ignored
+// until run returns: it decides how long its shutdown takes); when run
+// fails it prints the error after name and exits 1.
+func Main(name string, run RunFunc) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.LookupEnv, os.Stderr)
+	stop()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "%s: %v\n", name, err)
+		os.Exit(1)
+	}
+}
