@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/klog/v2"
 
 	"skipper.dev/skipper/controller/trust"
@@ -60,6 +61,9 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	rc.QPS = float32(cfg.KubeAPIQPS)
 	rc.Burst = cfg.KubeAPIBurst
 	rc.UserAgent = "skipper-controller/" + cfg.PodName
+	// One budget for every client below (each would build its own from
+	// QPS and Burst).
+	rc.RateLimiter = flowcontrol.NewTokenBucketRateLimiter(rc.QPS, rc.Burst)
 	// Built-in kinds travel as protobuf, as the kube controllers' do: it is
 	// cheaper for the API server to encode (watch events, the claim patch's
 	// response). Functions, a CRD, have only JSON: the dynamic client keeps it.
@@ -80,7 +84,7 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	// client-go's backoff. Calls on a request's path keep the plain dial: a
 	// TokenReview during an outage fails at once and local verification
 	// takes over.
-	dial := kubedial.New(log.With("component", "kube-dial")).DialContext
+	dial := kubedial.New(ctx, log.With("component", "kube-dial")).DialContext
 	wpc, wrc := rest.CopyConfig(pc), rest.CopyConfig(rc)
 	wpc.Dial, wrc.Dial = dial, dial
 	watchCore, err := kubernetes.NewForConfig(wpc)

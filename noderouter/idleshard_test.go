@@ -119,6 +119,9 @@ func TestIdleShard(t *testing.T) {
 					if got != o.got {
 						t.Errorf("op %d: take %s got %q, want %q", i, o.take, got, o.got)
 					}
+					if list, kept := s.by[o.take]; ok && len(list) == 0 && (!kept || cap(list) == 0) {
+						t.Errorf("op %d: take emptied %s's list and let its array go (the next put allocates)", i, o.take)
+					}
 				case o.remove != nil:
 					if r := s.remove(addrOf(o.remove), o.remove); r != o.removed {
 						t.Errorf("op %d: remove %s = %v, want %v", i, o.remove.name, r, o.removed)

@@ -22,8 +22,8 @@ import (
 
 // kubeClient builds a clientset from kubeconfig, or in-cluster config when
 // it is empty; its connects wait out an API server that refuses them
-// (internal/kubedial).
-func kubeClient(kubeconfig string, log *slog.Logger) (kubernetes.Interface, error) {
+// (internal/kubedial) until ctx ends.
+func kubeClient(ctx context.Context, kubeconfig string, log *slog.Logger) (kubernetes.Interface, error) {
 	var cfg *rest.Config
 	var err error
 	if kubeconfig != "" {
@@ -35,7 +35,7 @@ func kubeClient(kubeconfig string, log *slog.Logger) (kubernetes.Interface, erro
 		return nil, fmt.Errorf("kubernetes client config: %w", err)
 	}
 	cfg.UserAgent = "skipper-noderouter"
-	cfg.Dial = kubedial.New(log.With("component", "kube-dial")).DialContext
+	cfg.Dial = kubedial.New(ctx, log.With("component", "kube-dial")).DialContext
 	cfg.ContentType = runtime.ContentTypeProtobuf // built-in kinds only: cheaper for the API server
 	cfg.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	cs, err := kubernetes.NewForConfig(cfg)

@@ -49,7 +49,7 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 
 	var cs kubernetes.Interface
 	if len(cfg.ControllerAddresses) == 0 {
-		if cs, err = kubeClient(cfg.Kubeconfig, log); err != nil {
+		if cs, err = kubeClient(ctx, cfg.Kubeconfig, log); err != nil {
 			return err
 		}
 	}

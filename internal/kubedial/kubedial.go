@@ -1,18 +1,3 @@
-// Package kubedial is the dial function Skipper's Kubernetes clients use:
-// a connect the API server refuses is tried again, every second or so,
-// until it is accepted or the request's context ends.
-//
-// Why: a refused connection is what every client sees while a single API
-// server restarts behind the kubernetes Service (its lease reconciler
-// withdraws the endpoint as it stops, and kube-proxy rejects the Service
-// address until the endpoint is back). client-go's reflectors answer each
-// refusal with an exponential backoff that reaches 30–60 s after about
-// twenty seconds of outage, so a controller's or a router's cache stayed
-// up to a minute behind after the API server was back: new Functions
-// unknown, gone pods still claimed. Waiting in the dial instead, the
-// reflector never sees the refusal and its watch resumes within a second
-// of the API server accepting again. A dial that fails otherwise (timeout,
-// no route) returns at once, and client-go's own backoff applies.
 package kubedial
 
 import (
@@ -33,10 +18,12 @@ type Dialer struct {
 	dial  func(ctx context.Context, network, addr string) (net.Conn, error)
 	every time.Duration
 	log   *slog.Logger
+	life  context.Context // ends every waiting dial
 
 	mu       sync.Mutex
 	refused  int       // refused tries since the last accepted one
 	downFrom time.Time // first refusal of this outage; zero while up
+	warned   time.Time // last warning of this outage
 }
 
 // Every is the mean wait between refused tries (each wait is drawn from
@@ -44,18 +31,24 @@ type Dialer struct {
 // step).
 const Every = time.Second
 
+// WarnEvery is how often a refusal that lasts is logged again.
+const WarnEvery = time.Minute
+
 // New returns a Dialer whose tries are client-go's default dial (30 s
-// connect timeout, 30 s TCP keep-alive). It logs to log when the API
-// server starts and stops refusing.
-func New(log *slog.Logger) *Dialer {
+// connect timeout, 30 s TCP keep-alive); no dial waits past life's end.
+// It logs to log when the API server starts refusing, every WarnEvery
+// while it goes on, and when it stops.
+func New(life context.Context, log *slog.Logger) *Dialer {
 	nd := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}
-	return &Dialer{dial: nd.DialContext, every: Every, log: log}
+	return &Dialer{dial: nd.DialContext, every: Every, log: log, life: life}
 }
 
 // DialContext is rest.Config's Dial: it tries addr until a try does not
 // end in a refusal, waiting Every (jittered) between tries, and returns
-// ctx's error, with the last refusal, when ctx ends first.
+// ctx's error (or the lifetime's), with the last refusal, when either ends
+// first.
 func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	var last error // the last refusal
 	for {
 		c, err := d.dial(ctx, network, addr)
 		if err == nil {
@@ -63,14 +56,22 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 			return c, nil
 		}
 		if !Refused(err) {
+			if last != nil && ctx.Err() != nil {
+				// The request ended during a try (it failed for that).
+				return nil, fmt.Errorf("dial %s, refused until the request ended: %w (last: %w)", addr, ctx.Err(), last)
+			}
 			return nil, err
 		}
+		last = err
 		d.down(addr, err)
 		t := time.NewTimer(Jitter(d.every, rand.Float64()))
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return nil, fmt.Errorf("dial %s, refused until the request ended: %w (last: %w)", addr, ctx.Err(), err)
+		case <-d.life.Done():
+			t.Stop()
+			return nil, fmt.Errorf("dial %s, refused until shutdown: %w (last: %w)", addr, d.life.Err(), err)
 		case <-t.C:
 		}
 	}
@@ -97,22 +98,28 @@ func (d *Dialer) Refusals() int {
 }
 
 func (d *Dialer) down(addr string, err error) {
+	now := time.Now()
 	d.mu.Lock()
-	first := d.downFrom.IsZero()
-	if first {
-		d.downFrom = time.Now()
+	if d.downFrom.IsZero() {
+		d.downFrom = now
+	}
+	from := d.downFrom
+	warn := d.warned.IsZero() || now.Sub(d.warned) >= WarnEvery
+	if warn {
+		d.warned = now
 	}
 	d.refused++
 	d.mu.Unlock()
-	if first {
-		d.log.Warn("the API server refuses connections; trying again every second until it accepts", "address", addr, "err", err)
+	if warn {
+		d.log.Warn("the API server refuses connections; trying again every second until it accepts",
+			"address", addr, "refused_for", now.Sub(from).Round(time.Second), "err", err)
 	}
 }
 
 func (d *Dialer) up(addr string) {
 	d.mu.Lock()
 	from, n := d.downFrom, d.refused
-	d.downFrom, d.refused = time.Time{}, 0
+	d.downFrom, d.refused, d.warned = time.Time{}, 0, time.Time{}
 	d.mu.Unlock()
 	if !from.IsZero() {
 		d.log.Info("the API server accepts connections again", "address", addr, "refused_for", time.Since(from).Round(time.Millisecond), "refused_tries", n)

@@ -59,7 +59,7 @@ func freePort(t *testing.T) string {
 }
 
 func newTestDialer() *Dialer {
-	d := New(slog.New(slog.NewTextHandler(io.Discard, nil)))
+	d := New(context.Background(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	d.every = 20 * time.Millisecond
 	return d
 }
@@ -116,6 +116,37 @@ func TestDialEndsWithItsContext(t *testing.T) {
 	_, err := d.DialContext(ctx, "tcp", freePort(t))
 	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("err = %v, want the deadline and the refusal", err)
+	}
+}
+
+// A dial still refused when the Dialer's lifetime ends returns then,
+// whatever its request's context: net/http dials on without the request's
+// cancellation.
+func TestDialEndsWithItsLifetime(t *testing.T) {
+	t.Parallel()
+	life, end := context.WithCancel(t.Context())
+	d := newTestDialer()
+	d.life = life
+	addr := freePort(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.DialContext(context.Background(), "tcp", addr)
+		done <- err
+	}()
+	poll.Until(t, 10*time.Second, 10*time.Millisecond, "a refused try", func(context.Context) error {
+		if d.Refusals() == 0 {
+			return errors.New("none yet")
+		}
+		return nil
+	})
+	end()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Errorf("err = %v, want the lifetime's end and the refusal", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the dial did not return within 10 s of the lifetime's end")
 	}
 }
 
