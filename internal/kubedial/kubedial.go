@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"sync"
 	"syscall"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // Dialer dials the API server, waiting out refusals. Its zero value is not
@@ -56,15 +57,15 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 			return c, nil
 		}
 		if !Refused(err) {
-			if last != nil && ctx.Err() != nil {
-				// The request ended during a try (it failed for that).
-				return nil, fmt.Errorf("dial %s, refused until the request ended: %w (last: %w)", addr, ctx.Err(), last)
+			if cause := ended(ctx); last != nil && cause != nil {
+				// The request ended during a try, which failed for that.
+				return nil, fmt.Errorf("dial %s, refused until the request ended: %w (last: %w)", addr, cause, last)
 			}
 			return nil, err
 		}
 		last = err
 		d.down(addr, err)
-		t := time.NewTimer(Jitter(d.every, rand.Float64()))
+		t := time.NewTimer(wait.Jitter(d.every/2, 2)) // half to one and a half of every
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -77,17 +78,23 @@ func (d *Dialer) DialContext(ctx context.Context, network, addr string) (net.Con
 	}
 }
 
+// ended is why ctx ended, or nil. A deadline can fail a connect a moment
+// before ctx.Err says so: it counts from the deadline on.
+func ended(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
 // Refused reports whether err is a connect the peer refused (a reset or an
 // ICMP port unreachable: nothing listens, or kube-proxy rejects a Service
 // without endpoints).
 func Refused(err error) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
-}
-
-// Jitter is the wait before the next try: every scaled by 0.5 + r, r in
-// [0, 1).
-func Jitter(every time.Duration, r float64) time.Duration {
-	return time.Duration(float64(every) * (0.5 + r))
 }
 
 // Refusals is the number of refused tries since a try was last accepted.

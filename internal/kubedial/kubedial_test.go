@@ -15,18 +15,6 @@ import (
 	"skipper.dev/skipper/internal/poll"
 )
 
-func TestJitter(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		r    float64
-		want time.Duration
-	}{{0, 500 * time.Millisecond}, {0.5, time.Second}, {0.999, 1499 * time.Millisecond}} {
-		if got := Jitter(time.Second, c.r); got != c.want {
-			t.Errorf("Jitter(1s, %v) = %v, want %v", c.r, got, c.want)
-		}
-	}
-}
-
 func TestRefused(t *testing.T) {
 	t.Parallel()
 	refused := &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
