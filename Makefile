@@ -140,8 +140,8 @@ lint:
 ## router's tests once more with --forwarder=h1 and --forwarder=nethttp
 unit:
 	$(GO) test -race -count=1 $$($(GO) list ./... | grep -v /tests/)
-	SKIPPER_TEST_FORWARDER=h1 $(GO) test -race -count=1 ./noderouter/
-	SKIPPER_TEST_FORWARDER=nethttp $(GO) test -race -count=1 ./noderouter/
+	SKIPPER_TEST_FORWARDER=h1 $(GO) test -race -count=1 ./noderouter/ ./noderouter/dataplane/
+	SKIPPER_TEST_FORWARDER=nethttp $(GO) test -race -count=1 ./noderouter/ ./noderouter/dataplane/
 	cd tests/promql && $(GO) test -count=1 ./...
 	cd tests/image && $(GO) test -race -count=1 ./...
 	cd tests/benchplot && $(GO) test -count=1 ./...
@@ -202,7 +202,7 @@ bench: build
 	cd tests/benchplot && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-benchplot
 	cd tests/fastproxy && CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ .
 	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/ ./tests/loopproxy
-	$(GO) test -run '^$$' -bench 'ProxyWarmServed|CallerCheck' -benchmem -count 3 ./noderouter/ ./noderouter/callers/ > $(BIN)/bench-allocs.txt
+	$(GO) test -run '^$$' -bench 'ProxyWarmServed|CallerCheck' -benchmem -count 3 ./noderouter/dataplane/ ./noderouter/callers/ > $(BIN)/bench-allocs.txt
 	$(BIN)/skipper-bench warm -allocs $(BIN)/bench-allocs.txt
 
 ## bench-scale: the router's and the controller's cost beyond the request

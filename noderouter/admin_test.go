@@ -16,6 +16,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -63,7 +65,7 @@ func TestDrain(t *testing.T) {
 	cfg.NodeName, cfg.PodName = "node1", "router-x"
 	cfg.ControllerAddresses = []string{fake.addr}
 	cfg.DrainDelay = 100 * time.Millisecond
-	data, admin := listen(t), listen(t)
+	data, admin := routertest.Listen(t), routertest.Listen(t)
 	rt := newRouter(cfg, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -74,7 +76,7 @@ func TestDrain(t *testing.T) {
 	got := make(chan int, 1)
 	go func() {
 		req, _ := http.NewRequest("GET", "http://"+data.Addr().String()+"/?sleep=300ms", nil)
-		req.Header.Set(HeaderFunction, "default/echo")
+		req.Header.Set(dataplane.HeaderFunction, "default/echo")
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			got <- -1
@@ -88,7 +90,7 @@ func TestDrain(t *testing.T) {
 		if e == nil {
 			return errors.New("no cache entry")
 		}
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	cancel()
 	// During the drain delay the router fails readiness but still serves.
@@ -99,7 +101,7 @@ func TestDrain(t *testing.T) {
 			return err
 		}
 		resp.Body.Close()
-		return unmet(resp.StatusCode == http.StatusServiceUnavailable, "/readyz: %d", resp.StatusCode)
+		return poll.Unmet(resp.StatusCode == http.StatusServiceUnavailable, "/readyz: %d", resp.StatusCode)
 	})
 	if s := <-got; s != 200 {
 		t.Errorf("in-flight request during drain: %d, want 200", s)
@@ -119,14 +121,6 @@ func histCount(o prometheus.Observer) float64 {
 }
 
 // counter reads a counter's value.
-func counter(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		panic(err)
-	}
-	return m.GetCounter().GetValue()
-}
-
 func TestUpstreamFailures(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
@@ -141,10 +135,10 @@ func TestUpstreamFailures(t *testing.T) {
 		wantStatus             int
 		wantReason             string
 	}{
-		{"instance drops a GET: retried up to --max-attempts, then 502", "GET", "default/echo", "/?fail=1", 502, reasonUpstreamError},
-		{"instance drops a POST: not retried", "POST", "default/echo", "/?fail=1", 502, reasonUpstreamError},
-		{"router request timeout", "GET", "default/echo", "/?sleep=2s", 504, reasonUpstreamTimeout},
-		{"function timeout wins", "GET", "default/quick", "/?sleep=200ms", 504, reasonUpstreamTimeout},
+		{"instance drops a GET: retried up to --max-attempts, then 502", "GET", "default/echo", "/?fail=1", 502, dataplane.ReasonUpstreamError},
+		{"instance drops a POST: not retried", "POST", "default/echo", "/?fail=1", 502, dataplane.ReasonUpstreamError},
+		{"router request timeout", "GET", "default/echo", "/?sleep=2s", 504, dataplane.ReasonUpstreamTimeout},
+		{"function timeout wins", "GET", "default/quick", "/?sleep=200ms", 504, dataplane.ReasonUpstreamTimeout},
 		{"instance status passes through", "GET", "default/echo", "/?status=503", 503, ""},
 	}
 	for _, tt := range tests {
@@ -159,19 +153,19 @@ func TestUpstreamFailures(t *testing.T) {
 				}
 				return
 			}
-			var body errorBody
+			var body routertest.ErrorBody
 			if err := json.Unmarshal(r.body, &body); err != nil || body.Reason != tt.wantReason {
 				t.Errorf("body %q (%v), want reason %s", r.body, err, tt.wantReason)
 			}
 		})
 	}
-	if got, want := counter(h.rt.m.retries), float64(DefaultConfig().MaxAttempts-1); got != want {
+	if got, want := routertest.Value(t, h.rt.m.reg, "skipper_noderouter_retries_total"), float64(DefaultConfig().MaxAttempts-1); got != want {
 		t.Errorf("retries_total = %v, want %v (the dropped GET only)", got, want)
 	}
-	if got := counter(h.rt.m.evictions); got != 0 {
+	if got := routertest.Value(t, h.rt.m.reg, "skipper_noderouter_evictions_total"); got != 0 {
 		t.Errorf("evictions_total = %v, want 0 (a dropped connection does not evict)", got)
 	}
-	if got := counter(h.rt.m.requests.WithLabelValues("default/echo", "503")); got != 1 {
+	if got := routertest.Value(t, h.rt.m.reg, "skipper_noderouter_requests_total", "function", "default/echo", "code", "503"); got != 1 {
 		t.Errorf("requests_total{default/echo,503} = %v, want 1", got)
 	}
 }

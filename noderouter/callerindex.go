@@ -83,10 +83,18 @@ func slimPod(obj any) (any, error) {
 	return s, nil
 }
 
+// podFeed takes the pod watch's pods: dataplane.Preconnector.
+type podFeed interface {
+	// Observe takes each pod event, without blocking.
+	Observe(p *corev1.Pod, deleted bool)
+	// SetList hands over the watch's cache, once synced.
+	SetList(list func() []any)
+}
+
 // watchPods runs the router's watch of the cluster's pods until ctx ends,
 // keeping idx (when not nil) in step and telling pre (when not nil) of
 // every pod; synced is called once the first list is in.
-func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index, pre *preconnector, log *slog.Logger, synced func()) error {
+func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index, pre podFeed, log *slog.Logger, synced func()) error {
 	f := informers.NewSharedInformerFactoryWithOptions(cs, 0, informers.WithTransform(slimPod))
 	inf := f.Core().V1().Pods().Informer()
 	set := func(obj any) {
@@ -99,7 +107,7 @@ func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index,
 			idx.Set(string(p.UID), id, ips)
 		}
 		if pre != nil {
-			pre.observe(p, false)
+			pre.Observe(p, false)
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -117,7 +125,7 @@ func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index,
 				idx.Delete(string(p.UID))
 			}
 			if pre != nil {
-				pre.observe(p, true)
+				pre.Observe(p, true)
 			}
 		},
 	}); err != nil {
@@ -132,7 +140,7 @@ func watchPods(ctx context.Context, cs kubernetes.Interface, idx *callers.Index,
 		return errors.New("pod informer never synced")
 	}
 	if pre != nil {
-		pre.setList(inf.GetStore().List)
+		pre.SetList(inf.GetStore().List)
 	}
 	if idx != nil {
 		log.Info("caller index synced", "ips", idx.Len())

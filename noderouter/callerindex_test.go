@@ -71,7 +71,7 @@ func TestWatchCallers(t *testing.T) {
 		t.Fatal(err)
 	}
 	poll.Until(t, 5*time.Second, pollInterval, "the deleted pod unindexed", func(context.Context) error {
-		return unmet(idx.Len() == 0, "%d pods indexed", idx.Len())
+		return poll.Unmet(idx.Len() == 0, "%d pods indexed", idx.Len())
 	})
 	cancel()
 	if err := <-done; err != nil {

@@ -10,7 +10,7 @@ import (
 
 	"skipper.dev/skipper/bpf"
 	"skipper.dev/skipper/internal/loglevel"
-	"skipper.dev/skipper/noderouter/route"
+	"skipper.dev/skipper/noderouter/dataplane"
 )
 
 // Modes the router runs in.
@@ -22,6 +22,10 @@ const (
 // Config is the router's whole configuration. DefaultConfig holds every
 // default; Validate checks it before anything starts.
 type Config struct {
+	// Options are the data plane's: limits, timeouts, retries and which
+	// forwarder serves HTTP/1.1.
+	dataplane.Options
+
 	// Listen is the data-plane address (the node IP's :8380 in a DaemonSet).
 	Listen string
 	// AdminListen serves /metrics, /healthz and /readyz.
@@ -71,12 +75,6 @@ type Config struct {
 	// Kubeconfig is a kubeconfig path; empty means in-cluster config.
 	Kubeconfig string
 
-	// DefaultNamespace lets `x-skipper-function: <name>` name a function in
-	// this namespace; empty requires <namespace>/<name>.
-	DefaultNamespace string
-
-	// ColdStartTimeout bounds a GetInstance call on a cache miss.
-	ColdStartTimeout time.Duration
 	// NegativeCacheTTL is how long a function the controller reported
 	// NotFound is answered 404 without asking again; 0 disables the
 	// negative cache. At most 1s: a new Function is callable within 2s.
@@ -84,9 +82,6 @@ type Config struct {
 	// NegativeCacheSize bounds the unknown names remembered (the oldest
 	// goes first); 0 disables the negative cache.
 	NegativeCacheSize int
-	// RequestTimeout bounds a proxied request when the function sets no
-	// timeout; 0 means none.
-	RequestTimeout time.Duration
 	// ReportInterval is how often a report goes to each connected controller.
 	ReportInterval time.Duration
 	// ReconnectMin and ReconnectMax bound the jittered exponential backoff
@@ -100,49 +95,10 @@ type Config struct {
 	// requests.
 	ShutdownTimeout time.Duration
 
-	// DialTimeout bounds a TCP connect to an instance.
-	DialTimeout time.Duration
-	// MaxIdleConnsPerHost is the keep-alive pool size per instance.
-	MaxIdleConnsPerHost int
-	// IdleConnTimeout closes idle instance connections.
-	IdleConnTimeout time.Duration
 	// PreconnectPoolPods bounds the ready pool pods a DaemonSet router
 	// keeps a connection open to ahead of their claim (preconnect.go);
 	// 0: none. It needs the pod watch (a Kubernetes client).
 	PreconnectPoolPods int
-
-	// MaxAttempts is how many times a request is sent at most (the first
-	// included) when sending it failed before any response: a dial failure,
-	// or a broken connection for an idempotent request with no body sent.
-	MaxAttempts int
-	// MaxQueue bounds, per function, the requests waiting while every
-	// instance is at the function's concurrencyLimit; each waits at most
-	// ColdStartTimeout. A request over it gets 503. 0: no queue.
-	MaxQueue int
-
-	// RetryBackoffBase and RetryBackoffMax bound the jittered exponential
-	// wait before each retry.
-	RetryBackoffBase time.Duration
-	RetryBackoffMax  time.Duration
-
-	// MaxHeaderBytes bounds a request's header (http.Server.MaxHeaderBytes);
-	// larger ones get 431.
-	MaxHeaderBytes int
-	// Forwarder serves HTTP/1.1 callers: "loop" (event loops for the warm
-	// exchange in front of the router's own goroutine path), "h1" (that
-	// path alone) or "nethttp" (net/http and httputil.ReverseProxy). h2c
-	// callers are always served by net/http.
-	Forwarder string
-	// Loops is the number of event loops with --forwarder=loop; 0: one
-	// fewer than GOMAXPROCS, at least one.
-	Loops int
-	// MaxBodyBytes bounds a request body; larger ones get 413. 0 means no
-	// limit.
-	MaxBodyBytes int64
-	// MaxInFlight bounds the requests the router handles at once, across
-	// all functions; one more gets 503 with Retry-After (reason
-	// router_overloaded). 0 means no limit.
-	MaxInFlight int
 
 	// CacheIdleTimeout is how long a function's cache entry is kept with
 	// no request and no instance assigned; then it is dropped with its
@@ -205,6 +161,7 @@ const (
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
+		Options:             dataplane.DefaultOptions(),
 		Listen:              ":8380",
 		AdminListen:         ":8381",
 		Mode:                ModeDaemonSet,
@@ -213,27 +170,14 @@ func DefaultConfig() Config {
 		ControllerPortName:  "grpc",
 		TokenFile:           "/var/run/secrets/skipper/token",
 		CallerIndex:         true,
-		ColdStartTimeout:    10 * time.Second,
 		NegativeCacheTTL:    time.Second,
 		NegativeCacheSize:   10000,
-		RequestTimeout:      5 * time.Minute,
 		ReportInterval:      time.Second,
 		ReconnectMin:        100 * time.Millisecond,
 		ReconnectMax:        10 * time.Second,
 		DrainDelay:          2 * time.Second,
 		ShutdownTimeout:     20 * time.Second,
-		DialTimeout:         2 * time.Second,
-		MaxIdleConnsPerHost: 256,
-		IdleConnTimeout:     90 * time.Second,
 		PreconnectPoolPods:  64,
-		MaxAttempts:         3,
-		MaxQueue:            100,
-		RetryBackoffBase:    10 * time.Millisecond,
-		RetryBackoffMax:     500 * time.Millisecond,
-		MaxHeaderBytes:      64 << 10,
-		Forwarder:           forwarderLoop,
-		MaxBodyBytes:        10 << 20,
-		MaxInFlight:         10000,
 		CacheIdleTimeout:    10 * time.Minute,
 		LogLevel:            "info",
 		CgroupRoot:          "/",
@@ -279,20 +223,14 @@ func (c Config) Validate() error {
 	if c.ControllerTLSServerName != "" && !isDNSName(c.ControllerTLSServerName) {
 		errs = append(errs, fmt.Errorf("--controller-tls-server-name %q is not a DNS name", c.ControllerTLSServerName))
 	}
-	if c.DefaultNamespace != "" && !route.IsDNSLabel(c.DefaultNamespace) {
-		errs = append(errs, fmt.Errorf("--default-namespace %q is not a DNS label", c.DefaultNamespace))
-	}
 	pos := func(d time.Duration, flag string) {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("--%s %s must be positive", flag, d))
 		}
 	}
-	pos(c.ColdStartTimeout, "cold-start-timeout")
 	pos(c.ReportInterval, "report-interval")
 	pos(c.ReconnectMin, "reconnect-min")
 	pos(c.ShutdownTimeout, "shutdown-timeout")
-	pos(c.DialTimeout, "dial-timeout")
-	pos(c.IdleConnTimeout, "idle-conn-timeout")
 	pos(c.CacheIdleTimeout, "cache-idle-timeout")
 	if c.ReconnectMax < c.ReconnectMin {
 		errs = append(errs, fmt.Errorf("--reconnect-max %s is below --reconnect-min %s", c.ReconnectMax, c.ReconnectMin))
@@ -300,49 +238,19 @@ func (c Config) Validate() error {
 	if c.DrainDelay < 0 {
 		errs = append(errs, fmt.Errorf("--drain-delay %s must not be negative", c.DrainDelay))
 	}
-	if c.RequestTimeout < 0 {
-		errs = append(errs, fmt.Errorf("--request-timeout %s must not be negative", c.RequestTimeout))
-	}
 	if c.NegativeCacheTTL < 0 || c.NegativeCacheTTL > maxNegativeCacheTTL {
 		errs = append(errs, fmt.Errorf("--negative-cache-ttl %s: want 0 (off) to %s, so that a new Function is callable within 2s", c.NegativeCacheTTL, maxNegativeCacheTTL))
 	}
 	if c.NegativeCacheSize < 0 {
 		errs = append(errs, fmt.Errorf("--negative-cache-size %d must not be negative", c.NegativeCacheSize))
 	}
-	if c.MaxQueue < 0 {
-		errs = append(errs, fmt.Errorf("--max-queue %d must not be negative (0: no queue)", c.MaxQueue))
-	}
-	if c.MaxAttempts < 1 {
-		errs = append(errs, fmt.Errorf("--max-attempts %d must be at least 1", c.MaxAttempts))
-	}
-	pos(c.RetryBackoffBase, "retry-backoff-base")
-	if c.RetryBackoffMax < c.RetryBackoffBase {
-		errs = append(errs, fmt.Errorf("--retry-backoff-max %s is below --retry-backoff-base %s", c.RetryBackoffMax, c.RetryBackoffBase))
-	}
-	if c.Forwarder != forwarderLoop && c.Forwarder != forwarderH1 && c.Forwarder != forwarderNethttp {
-		errs = append(errs, fmt.Errorf("--forwarder %q must be %s, %s or %s", c.Forwarder, forwarderLoop, forwarderH1, forwarderNethttp))
-	}
-	if c.Loops < 0 {
-		errs = append(errs, fmt.Errorf("--loops %d must not be negative (0: one fewer than GOMAXPROCS)", c.Loops))
-	}
-	if c.MaxHeaderBytes < 1<<10 {
-		errs = append(errs, fmt.Errorf("--max-header-bytes %d must be at least 1024", c.MaxHeaderBytes))
-	}
-	if c.MaxBodyBytes < 0 {
-		errs = append(errs, fmt.Errorf("--max-body-bytes %d must not be negative (0: no limit)", c.MaxBodyBytes))
-	}
-	if c.MaxInFlight < 0 {
-		errs = append(errs, fmt.Errorf("--max-in-flight %d must not be negative (0: no limit)", c.MaxInFlight))
-	}
 	if c.PreconnectPoolPods < 0 {
 		errs = append(errs, fmt.Errorf("--preconnect-pool-pods %d must not be negative", c.PreconnectPoolPods))
-	}
-	if c.MaxIdleConnsPerHost < 1 {
-		errs = append(errs, fmt.Errorf("--max-idle-conns-per-host %d must be at least 1", c.MaxIdleConnsPerHost))
 	}
 	if _, err := loglevel.Parse(c.LogLevel); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
 	}
+	errs = append(errs, c.Options.Validate()...)
 	errs = append(errs, c.validateSteering()...)
 	return errors.Join(errs...)
 }

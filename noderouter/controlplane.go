@@ -20,6 +20,7 @@ import (
 
 	"skipper.dev/skipper/controller/ring"
 	"skipper.dev/skipper/noderouter/callers"
+	"skipper.dev/skipper/noderouter/dataplane"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -67,7 +68,7 @@ type controlPlane struct {
 	idle route.Idle // owned by sweepLoop
 }
 
-var _ resolver = (*controlPlane)(nil)
+var _ dataplane.Resolver = (*controlPlane)(nil)
 
 func newControlPlane(cfg Config, log *slog.Logger, m *metrics, cache *route.Cache, negative *route.Negative, id *pb.RouterIdentity) *controlPlane {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -235,7 +236,7 @@ func (cp *controlPlane) close() {
 // resolve asks the function's owner for its instance set. Concurrent misses
 // of one function share one call, bounded by the cold-start timeout and not
 // by any one caller: a caller that goes away does not fail the others.
-func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string, who caller) (*route.Entry, *route.Assignment, error) {
+func (cp *controlPlane) Resolve(ctx context.Context, ref route.Ref, known uint64, unusable []string, who dataplane.Caller) (*route.Entry, *route.Assignment, error) {
 	type result struct {
 		e *route.Entry
 		a *route.Assignment
@@ -243,7 +244,7 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 	key := ref.String()
 	// Callers share a call only with callers of the same identity: the
 	// owner may refuse one identity and serve another.
-	ch := cp.sf.DoChan(key+"\x00"+who.key(), func() (any, error) {
+	ch := cp.sf.DoChan(key+"\x00"+who.Key(), func() (any, error) {
 		if !cp.begin() {
 			return nil, status.Error(codes.Unavailable, "router is shutting down")
 		}
@@ -268,7 +269,7 @@ func (cp *controlPlane) resolve(ctx context.Context, ref route.Ref, known uint64
 	}
 }
 
-func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string, who caller) (*route.Entry, *route.Assignment, error) {
+func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unusable []string, who dataplane.Caller) (*route.Entry, *route.Assignment, error) {
 	start := time.Now()
 	resp, err := cp.ask(cp.ctx, ref, key, known, unusable, who)
 	if err != nil {
@@ -288,16 +289,16 @@ func (cp *controlPlane) getInstance(ref route.Ref, key string, known uint64, unu
 
 // ask sends one GetInstance to the function's owner, bounded by ctx and the
 // cold-start timeout, and counts it. A NotFound goes to the negative cache.
-func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, known uint64, unusable []string, who caller) (*pb.GetInstanceResponse, error) {
+func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, known uint64, unusable []string, who dataplane.Caller) (*pb.GetInstanceResponse, error) {
 	r := cp.ring.Load()
 	if r == nil {
-		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
+		cp.m.getInstance.WithLabelValues(dataplane.ResultUnavailable).Inc()
 		return nil, status.Error(codes.Unavailable, "no ready controller (the ring is empty)")
 	}
 	owner := r.Owner(key)
 	c, err := cp.controller(owner)
 	if err != nil {
-		cp.m.getInstance.WithLabelValues(resultUnavailable).Inc()
+		cp.m.getInstance.WithLabelValues(dataplane.ResultUnavailable).Inc()
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, cp.cfg.ColdStartTimeout)
@@ -319,12 +320,11 @@ func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, know
 		Router:          cp.id,
 		KnownGeneration: known,
 		UnusablePodUids: unusable,
-		Caller:          who.proto(),
+		Caller:          callerProto(who),
 	})
 	cp.m.getInstanceSecs.Observe(time.Since(start).Seconds())
 	if err != nil {
-		_, res := controllerAnswer(err)
-		cp.m.getInstance.WithLabelValues(res).Inc()
+		cp.m.getInstance.WithLabelValues(dataplane.ControllerResult(err)).Inc()
 		if status.Code(err) == codes.NotFound {
 			cp.negative.Add(ref, time.Now())
 			// The function is gone (deleted while no update reached this
@@ -334,7 +334,7 @@ func (cp *controlPlane) ask(ctx context.Context, ref route.Ref, key string, know
 		cp.log.Info("GetInstance failed", "function", key, "controller", owner, "code", status.Code(err).String(), "err", err)
 		return nil, err
 	}
-	cp.m.getInstance.WithLabelValues(resultOK).Inc()
+	cp.m.getInstance.WithLabelValues(dataplane.ResultOK).Inc()
 	return resp, nil
 }
 
@@ -353,7 +353,7 @@ func (cp *controlPlane) begin() bool {
 // oneshot returns a fresh instance of a oneshot function for one request:
 // one left by a shared cold miss, or one GetInstance of its own (never
 // shared: every request needs its own instance). The caller releases it.
-func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref, who caller) (*route.Instance, error) {
+func (cp *controlPlane) Oneshot(ctx context.Context, ref route.Ref, who dataplane.Caller) (*route.Instance, error) {
 	if info, ok := cp.takeSpare(ref); ok {
 		return &route.Instance{InstanceInfo: info}, nil
 	}
@@ -377,7 +377,7 @@ func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref, who caller) 
 		// The function is no longer oneshot (the cache now says so), or
 		// the controller handed out nothing.
 		if info.Address != "" {
-			cp.release(ref, info.PodUID)
+			cp.Release(ref, info.PodUID)
 		}
 		return nil, status.Errorf(codes.Unavailable, "the controller handed out no oneshot instance of %s", key)
 	}
@@ -387,7 +387,7 @@ func (cp *controlPlane) oneshot(ctx context.Context, ref route.Ref, who caller) 
 // release gives a oneshot instance back to the function's owner
 // (ReleaseInstance), bounded by the cold-start timeout; the request it
 // served may have been cancelled, this call is not.
-func (cp *controlPlane) release(ref route.Ref, podUID string) {
+func (cp *controlPlane) Release(ref route.Ref, podUID string) {
 	key := ref.String()
 	err := func() error {
 		if !cp.begin() {
@@ -412,11 +412,11 @@ func (cp *controlPlane) release(ref route.Ref, podUID string) {
 		return err
 	}()
 	if err != nil {
-		cp.m.releases.WithLabelValues(resultError).Inc()
+		cp.m.releases.WithLabelValues(dataplane.ResultError).Inc()
 		cp.log.Warn("ReleaseInstance failed; the controller reclaims the instance", "function", key, "pod_uid", podUID, "err", err)
 		return
 	}
-	cp.m.releases.WithLabelValues(resultOK).Inc()
+	cp.m.releases.WithLabelValues(dataplane.ResultOK).Inc()
 }
 
 // spare is a oneshot instance a shared cold miss received and no request
@@ -437,7 +437,7 @@ func (cp *controlPlane) putSpare(ref route.Ref, info route.InstanceInfo, now tim
 	cp.spares[ref] = spare{info: info, at: now}
 	cp.spareMu.Unlock()
 	if had {
-		cp.release(ref, old.info.PodUID)
+		cp.Release(ref, old.info.PodUID)
 	}
 }
 
@@ -466,7 +466,7 @@ func (cp *controlPlane) releaseSpares(cutoff time.Time) {
 	}
 	cp.spareMu.Unlock()
 	for i, ref := range stale {
-		cp.release(ref, uids[i])
+		cp.Release(ref, uids[i])
 	}
 }
 
@@ -490,4 +490,12 @@ func toUpdate(gen uint64, ins []*pb.Instance, cfg *pb.FunctionConfig) route.Upda
 		u.Config.Callers = callers.NewPolicy(cfg.GetCallers().GetNamespaces(), cfg.GetCallers().GetServiceAccounts())
 	}
 	return u
+}
+
+// callerProto is c as GetInstance sends it.
+func callerProto(c dataplane.Caller) *pb.Caller {
+	if !c.Known {
+		return &pb.Caller{Unknown: true}
+	}
+	return &pb.Caller{Namespace: c.ID.Namespace, ServiceAccount: c.ID.ServiceAccount, Pod: c.ID.Pod}
 }

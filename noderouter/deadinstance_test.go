@@ -17,6 +17,8 @@ import (
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -31,7 +33,7 @@ type deadAfterAccept struct {
 
 func startDeadAfterAccept(t *testing.T) *deadAfterAccept {
 	t.Helper()
-	d := &deadAfterAccept{ln: listen(t), bodies: make(chan string, 16)}
+	d := &deadAfterAccept{ln: routertest.Listen(t), bodies: make(chan string, 16)}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
@@ -106,9 +108,9 @@ func TestDeadAfterAccept(t *testing.T) {
 				rd = strings.NewReader(tt.body)
 			}
 			req, _ := http.NewRequestWithContext(t.Context(), tt.method, h.url+"/", rd)
-			req.Header.Set(HeaderFunction, "default/echo")
+			req.Header.Set(dataplane.HeaderFunction, "default/echo")
 			if tt.hdr != "" {
-				req.Header.Set(HeaderIdempotencyKey, tt.hdr)
+				req.Header.Set(dataplane.HeaderIdempotencyKey, tt.hdr)
 			}
 			resp, err := h.client.Do(req)
 			if err != nil {
@@ -119,8 +121,8 @@ func TestDeadAfterAccept(t *testing.T) {
 			if resp.StatusCode != tt.wantStatus {
 				t.Fatalf("status %d, want %d (%s)", resp.StatusCode, tt.wantStatus, b)
 			}
-			if tt.wantStatus == 502 && reasonOf(t, b) != reasonUpstreamError {
-				t.Errorf("body %s, want reason %s", b, reasonUpstreamError)
+			if tt.wantStatus == 502 && reasonOf(t, b) != dataplane.ReasonUpstreamError {
+				t.Errorf("body %s, want reason %s", b, dataplane.ReasonUpstreamError)
 			}
 			if dead.accepted.Load() != 1 {
 				t.Errorf("the dead instance accepted %d connections, want 1", dead.accepted.Load())
@@ -134,10 +136,10 @@ func TestDeadAfterAccept(t *testing.T) {
 				t.Errorf("the healthy instance saw %d requests, want %d", got, tt.wantGood)
 			}
 			m := h.rt.m
-			if got := counter(m.retries); got != tt.wantRetries {
+			if got := routertest.Value(t, m.reg, "skipper_noderouter_retries_total"); got != tt.wantRetries {
 				t.Errorf("retries_total = %v, want %v", got, tt.wantRetries)
 			}
-			if got := counter(m.evictions); got != 0 {
+			if got := routertest.Value(t, m.reg, "skipper_noderouter_evictions_total"); got != 0 {
 				t.Errorf("evictions_total = %v, want 0 (it accepted: it is alive)", got)
 			}
 		})
@@ -149,7 +151,7 @@ func TestDeadAfterAccept(t *testing.T) {
 func TestBackoffRespectsCancellation(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
-	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
+	fake.handle("default/echo", fixed(1, inst("d1", routertest.DeadAddress(t)), inst("d2", routertest.DeadAddress(t))))
 	h := startRouter(t, fake, func(c *Config) { c.RetryBackoffBase, c.RetryBackoffMax = time.Hour, time.Hour })
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
@@ -160,13 +162,13 @@ func TestBackoffRespectsCancellation(t *testing.T) {
 	}
 	m := h.rt.m
 	poll.Until(t, pollTimeout, pollInterval, "the router to answer the gone caller", func(context.Context) error {
-		got := counter(m.requests.WithLabelValues("default/echo", "499"))
-		return unmet(got == 1, "requests_total{499} = %v", got)
+		got := routertest.Value(t, m.reg, "skipper_noderouter_requests_total", "function", "default/echo", "code", "499")
+		return poll.Unmet(got == 1, "requests_total{499} = %v", got)
 	})
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("the router waited %v after the caller left", d)
 	}
-	if got := counter(m.retries); got != 1 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_retries_total"); got != 1 {
 		t.Errorf("retries_total = %v, want 1 (the wait was cut short)", got)
 	}
 }
@@ -175,32 +177,32 @@ func TestBackoffRespectsCancellation(t *testing.T) {
 func TestRequestTimeoutBoundsBackoff(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
-	fake.handle("default/echo", fixed(1, inst("d1", deadAddress(t)), inst("d2", deadAddress(t))))
+	fake.handle("default/echo", fixed(1, inst("d1", routertest.DeadAddress(t)), inst("d2", routertest.DeadAddress(t))))
 	h := startRouter(t, fake, func(c *Config) {
 		c.RetryBackoffBase, c.RetryBackoffMax = time.Hour, time.Hour
 		c.RequestTimeout = 200 * time.Millisecond
 	})
 	r := h.call(t, "default/echo")
-	if r.status != http.StatusGatewayTimeout || reasonOf(t, r.body) != reasonUpstreamTimeout {
-		t.Errorf("status %d %s, want 504 %s", r.status, r.body, reasonUpstreamTimeout)
+	if r.status != http.StatusGatewayTimeout || reasonOf(t, r.body) != dataplane.ReasonUpstreamTimeout {
+		t.Errorf("status %d %s, want 504 %s", r.status, r.body, dataplane.ReasonUpstreamTimeout)
 	}
 }
 
 func TestMaxAttempts(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
-	dead := []*pb.Instance{inst("d1", deadAddress(t)), inst("d2", deadAddress(t)), inst("d3", deadAddress(t)), inst("d4", deadAddress(t))}
+	dead := []*pb.Instance{inst("d1", routertest.DeadAddress(t)), inst("d2", routertest.DeadAddress(t)), inst("d3", routertest.DeadAddress(t)), inst("d4", routertest.DeadAddress(t))}
 	fake.handle("default/echo", fixed(1, dead...))
 	h := startRouter(t, fake, func(c *Config) { c.MaxAttempts = 2 })
 	r := h.call(t, "default/echo")
-	if r.status != http.StatusServiceUnavailable || reasonOf(t, r.body) != reasonNoInstances || r.header.Get("Retry-After") == "" {
-		t.Errorf("status %d %s %v, want 503 %s with Retry-After", r.status, r.body, r.header, reasonNoInstances)
+	if r.status != http.StatusServiceUnavailable || reasonOf(t, r.body) != dataplane.ReasonNoInstances || r.header.Get("Retry-After") == "" {
+		t.Errorf("status %d %s %v, want 503 %s with Retry-After", r.status, r.body, r.header, dataplane.ReasonNoInstances)
 	}
 	m := h.rt.m
-	if got := counter(m.retries); got != 1 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_retries_total"); got != 1 {
 		t.Errorf("retries_total = %v, want 1 (2 attempts)", got)
 	}
-	if got := counter(m.evictions); got != 2 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_evictions_total"); got != 2 {
 		t.Errorf("evictions_total = %v, want 2", got)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -82,7 +83,7 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 	slow := h.goCall(t, "default/echo", "/?sleep=1s")
 	poll.Until(t, pollTimeout, pollInterval, "the slow request in flight", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	if got := seriesOf(t, h.rt.m, "default/echo"); len(got) == 0 {
 		t.Fatal("no series of the function before its removal")
@@ -91,7 +92,7 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 2, Removed: true}}}
 	poll.Until(t, pollTimeout, pollInterval, "the removal acknowledged", fake.holds(func(f *fakeController) error {
-		return unmet(len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2, "acks %v", f.acks)
+		return poll.Unmet(len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2, "acks %v", f.acks)
 	}))
 	// The request in flight keeps the entry (its count is not final yet).
 	if e, a := h.rt.cache.Lookup(ref); e == nil || a != nil {
@@ -102,11 +103,11 @@ func TestRemovedFunctionIsForgotten(t *testing.T) {
 	}
 	poll.Until(t, pollTimeout, pollInterval, "the entry dropped", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return unmet(e == nil, "entry %v", e)
+		return poll.Unmet(e == nil, "entry %v", e)
 	})
 	poll.Until(t, pollTimeout, pollInterval, "two reports after the last that held it", func(context.Context) error {
 		_, after := lastReported(fake.reported("default/echo"))
-		return unmet(after >= 2, "%d reports after", after)
+		return poll.Unmet(after >= 2, "%d reports after", after)
 	})
 	if last, _ := lastReported(fake.reported("default/echo")); last != 3 {
 		t.Errorf("requests_total in the last report that held the function = %d, want 3 (its final count)", last)
@@ -131,23 +132,23 @@ func TestNotFoundForgetsFunction(t *testing.T) {
 	ref := route.Ref{Namespace: "default", Name: "gone"}
 	e, _, _ := h.rt.cache.Store(ref, route.Update{Generation: 4}) // every instance evicted
 	e.Requests.Add(5)
-	h.rt.m.requests.WithLabelValues("default/gone", "200").Add(5)
+	h.rt.m.dp.Served("default/gone", 200, .01)
 
-	if r := h.call(t, "default/gone"); r.status != 404 || reasonOf(t, r.body) != reasonUnknownFunction {
-		t.Fatalf("status %d %s, want 404 %s", r.status, r.body, reasonUnknownFunction)
+	if r := h.call(t, "default/gone"); r.status != 404 || reasonOf(t, r.body) != dataplane.ReasonUnknownFunction {
+		t.Fatalf("status %d %s, want 404 %s", r.status, r.body, dataplane.ReasonUnknownFunction)
 	}
 	if calls := fake.getCalls(); len(calls) != 1 || calls[0].GetKnownGeneration() != 4 {
 		t.Fatalf("GetInstance calls %v, want one naming generation 4", calls)
 	}
 	poll.Until(t, pollTimeout, pollInterval, "the entry dropped", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return unmet(e == nil, "entry %v", e)
+		return poll.Unmet(e == nil, "entry %v", e)
 	})
 	// The entry leaves once the report holding its counters is sent; the
 	// fake records what it receives on its own goroutine, so wait for it.
 	poll.Until(t, pollTimeout, pollInterval, "a report holding the function's final count", func(context.Context) error {
 		last, _ := lastReported(fake.reported("default/gone"))
-		return unmet(last >= 0, "last report %d", last)
+		return poll.Unmet(last >= 0, "last report %d", last)
 	})
 	if last, _ := lastReported(fake.reported("default/gone")); last != 5 {
 		t.Errorf("requests_total in the last report that held the function = %d, want 5", last)
@@ -188,8 +189,7 @@ func TestSweepDropsIdleEntries(t *testing.T) {
 	for name, u := range fns {
 		e, _, _ := cache.Store(route.Ref{Namespace: "default", Name: name}, u)
 		entries[name] = e
-		m.requests.WithLabelValues(e.Key, "200").Inc()
-		m.functionSeconds.WithLabelValues(e.Key).Observe(.01)
+		m.dp.Served(e.Key, 200, .01)
 	}
 	t0 := time.Now()
 	cp.sweep(t0)

@@ -3,7 +3,6 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -18,21 +17,14 @@ import (
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
 // pollTimeout and pollInterval bound and pace the tests' poll.Until calls.
 const pollTimeout, pollInterval = 10 * time.Second, 5 * time.Millisecond
-
-// unmet is a poll.Until condition's answer: nil when ok, else an error
-// saying what was seen.
-func unmet(ok bool, format string, args ...any) error {
-	if ok {
-		return nil
-	}
-	return fmt.Errorf(format, args...)
-}
 
 // send makes one request, safe to call from many goroutines.
 func (h *harness) send(ctx context.Context, method, fn, path, body string) (int, []byte, error) {
@@ -44,7 +36,7 @@ func (h *harness) send(ctx context.Context, method, fn, path, body string) (int,
 	if err != nil {
 		return 0, nil, err
 	}
-	req.Header.Set(HeaderFunction, fn)
+	req.Header.Set(dataplane.HeaderFunction, fn)
 	resp, err := h.client.Do(req)
 	if err != nil {
 		return 0, nil, err
@@ -56,7 +48,7 @@ func (h *harness) send(ctx context.Context, method, fn, path, body string) (int,
 
 func reasonOf(t *testing.T, b []byte) string {
 	t.Helper()
-	var body errorBody
+	var body routertest.ErrorBody
 	if err := json.Unmarshal(b, &body); err != nil {
 		t.Fatalf("body %q: %v", b, err)
 	}
@@ -116,16 +108,16 @@ func TestNegativeCacheFlood(t *testing.T) {
 		}
 	}
 	m := h.rt.m
-	neg, miss := counter(m.cacheNegative), counter(m.cacheMiss)
+	neg, miss := routertest.Value(t, m.reg, "skipper_noderouter_cache_lookups_total", "result", "negative"), routertest.Value(t, m.reg, "skipper_noderouter_cache_lookups_total", "result", "miss")
 	t.Logf("1000 requests in %v: %d GetInstance calls, %v negative hits, %v misses", took, len(calls), neg, miss)
 	if neg+miss != workers*each || neg < workers*each/2 {
 		t.Errorf("cache_lookups_total negative %v + miss %v, want %d, most of them negative", neg, miss, workers*each)
 	}
-	if got := counter(m.requests.WithLabelValues("", "404")); got != workers*each {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_requests_total", "function", "", "code", "404"); got != workers*each {
 		t.Errorf("requests_total{function=\"\",code=404} = %v, want %d", got, workers*each)
 	}
 	r := h.call(t, "default/nope")
-	if r.status != 404 || reasonOf(t, r.body) != reasonUnknownFunction || r.header.Get("Content-Type") != "application/json" {
+	if r.status != 404 || reasonOf(t, r.body) != dataplane.ReasonUnknownFunction || r.header.Get("Content-Type") != "application/json" {
 		t.Errorf("negative answer: %d %s %q", r.status, r.header.Get("Content-Type"), r.body)
 	}
 
@@ -135,7 +127,7 @@ func TestNegativeCacheFlood(t *testing.T) {
 	created := time.Now()
 	poll.Until(t, pollTimeout, pollInterval, "the new function to answer", func(context.Context) error {
 		r := h.call(t, "default/nope")
-		return unmet(r.status == 200, "status %d", r.status)
+		return poll.Unmet(r.status == 200, "status %d", r.status)
 	})
 	if d := time.Since(created); d > 2*time.Second {
 		t.Errorf("new function callable after %v, want ≤ 2s", d)
@@ -203,11 +195,13 @@ func TestKillInstanceMidLoad(t *testing.T) {
 			}
 		})
 	}
-	poll.Until(t, pollTimeout, pollInterval, "warm load", func(context.Context) error { return unmet(done.Load() >= 200, "%d requests done", done.Load()) })
+	poll.Until(t, pollTimeout, pollInterval, "warm load", func(context.Context) error { return poll.Unmet(done.Load() >= 200, "%d requests done", done.Load()) })
 	b.Listener.Close()
 	b.CloseClientConnections()
 	killed := done.Load()
-	poll.Until(t, pollTimeout, pollInterval, "load after the kill", func(context.Context) error { return unmet(done.Load() >= killed+400, "%d requests done", done.Load()) })
+	poll.Until(t, pollTimeout, pollInterval, "load after the kill", func(context.Context) error {
+		return poll.Unmet(done.Load() >= killed+400, "%d requests done", done.Load())
+	})
 	close(stop)
 	wg.Wait()
 
@@ -215,10 +209,10 @@ func TestKillInstanceMidLoad(t *testing.T) {
 		t.Errorf("%d of %d requests failed, e.g. %q", len(failures), done.Load(), failures[0])
 	}
 	m := h.rt.m
-	if got := counter(m.evictions); got != 1 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_evictions_total"); got != 1 {
 		t.Errorf("evictions_total = %v, want 1 (the killed instance)", got)
 	}
-	if got := counter(m.retries); got < 1 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_retries_total"); got < 1 {
 		t.Errorf("retries_total = %v, want ≥ 1", got)
 	}
 	if _, as := h.rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"}); len(as.Instances) != 2 {
@@ -227,7 +221,7 @@ func TestKillInstanceMidLoad(t *testing.T) {
 	if got := len(fake.getCalls()); got != 1 {
 		t.Errorf("GetInstance calls = %d, want 1 (two instances were left)", got)
 	}
-	t.Logf("%d requests, %v retries", done.Load(), counter(m.retries))
+	t.Logf("%d requests, %v retries", done.Load(), routertest.Value(t, m.reg, "skipper_noderouter_retries_total"))
 }
 
 func errString(err error) string {
@@ -245,7 +239,7 @@ func TestLimits(t *testing.T) {
 	h := startRouter(t, fake, func(c *Config) { c.MaxBodyBytes = limit })
 
 	t.Run("body within the limit", func(t *testing.T) {
-		r := h.do(t, "POST", "/", map[string]string{HeaderFunction: "default/echo"}, strings.Repeat("x", limit))
+		r := h.do(t, "POST", "/", map[string]string{dataplane.HeaderFunction: "default/echo"}, strings.Repeat("x", limit))
 		if got := decodeEcho(t, r); r.status != 200 || len(got.Body) != limit {
 			t.Fatalf("status %d, body of %d bytes", r.status, len(got.Body))
 		}
@@ -260,25 +254,25 @@ func TestLimits(t *testing.T) {
 			if tt.chunked {
 				req.ContentLength = -1 // unknown: sent chunked
 			}
-			req.Header.Set(HeaderFunction, "default/echo")
+			req.Header.Set(dataplane.HeaderFunction, "default/echo")
 			resp, err := h.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/json" || reasonOf(t, b) != reasonBodyTooLarge {
-				t.Errorf("status %d %s %s, want 413 JSON %s", resp.StatusCode, resp.Header.Get("Content-Type"), b, reasonBodyTooLarge)
+			if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/json" || reasonOf(t, b) != dataplane.ReasonBodyTooLarge {
+				t.Errorf("status %d %s %s, want 413 JSON %s", resp.StatusCode, resp.Header.Get("Content-Type"), b, dataplane.ReasonBodyTooLarge)
 			}
 		})
 	}
 	t.Run("header over --max-header-bytes", func(t *testing.T) {
-		r := h.do(t, "GET", "/", map[string]string{HeaderFunction: "default/echo", "X-Big": strings.Repeat("h", 80<<10)}, "")
+		r := h.do(t, "GET", "/", map[string]string{dataplane.HeaderFunction: "default/echo", "X-Big": strings.Repeat("h", 80<<10)}, "")
 		if r.status != http.StatusRequestHeaderFieldsTooLarge {
 			t.Errorf("status %d, want 431", r.status)
 		}
 	})
-	if got := counter(h.rt.m.retries); got != 0 {
+	if got := routertest.Value(t, h.rt.m.reg, "skipper_noderouter_retries_total"); got != 0 {
 		t.Errorf("retries_total = %v, want 0", got)
 	}
 }
@@ -296,7 +290,7 @@ func TestColdStartTimeout(t *testing.T) {
 	})
 	// mute accepts connections and never says a word: neither the stream
 	// nor GetInstance gets anywhere.
-	mute := listen(t)
+	mute := routertest.Listen(t)
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		var conns []net.Conn
@@ -327,14 +321,14 @@ func TestColdStartTimeout(t *testing.T) {
 			start := time.Now()
 			r := h.call(t, "default/echo")
 			took := time.Since(start)
-			if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != retryAfter ||
-				r.header.Get("Content-Type") != "application/json" || reasonOf(t, r.body) != reasonColdStartTimeout {
-				t.Errorf("answer %d %v %s, want 503 with Retry-After and reason %s", r.status, r.header, r.body, reasonColdStartTimeout)
+			if r.status != http.StatusServiceUnavailable || r.header.Get("Retry-After") != "1" ||
+				r.header.Get("Content-Type") != "application/json" || reasonOf(t, r.body) != dataplane.ReasonColdStartTimeout {
+				t.Errorf("answer %d %v %s, want 503 with Retry-After and reason %s", r.status, r.header, r.body, dataplane.ReasonColdStartTimeout)
 			}
 			if took < timeout || took > timeout+2*time.Second {
 				t.Errorf("answered after %v, want about %v", took, timeout)
 			}
-			if got := counter(h.rt.m.getInstance.WithLabelValues(resultDeadlineExceeded)); got != 1 {
+			if got := routertest.Counter(h.rt.m.getInstance.WithLabelValues(dataplane.ResultDeadlineExceeded)); got != 1 {
 				t.Errorf("get_instance_total{deadline_exceeded} = %v, want 1", got)
 			}
 		})

@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -80,7 +82,7 @@ func TestOneshot(t *testing.T) {
 	}
 	// The release follows the response, so it may arrive just after it.
 	poll.Until(t, pollTimeout, pollInterval, "three releases", fake.holds(func(f *fakeController) error {
-		return unmet(len(f.releases) == 3, "%d releases", len(f.releases))
+		return poll.Unmet(len(f.releases) == 3, "%d releases", len(f.releases))
 	}))
 	if diff := cmp.Diff([]string{"once-0", "once-1", "once-2"}, fake.releasedUIDs()); diff != "" {
 		t.Errorf("released (-want +got):\n%s", diff)
@@ -94,8 +96,8 @@ func TestOneshot(t *testing.T) {
 	// Counted when the controller's answer is back, after it saw the
 	// release.
 	poll.Until(t, pollTimeout, pollInterval, "release_instance_total{ok} = 3", func(context.Context) error {
-		got := counter(h.rt.m.releases.WithLabelValues(resultOK))
-		return unmet(got == 3, "release_instance_total{ok} = %v", got)
+		got := routertest.Counter(h.rt.m.releases.WithLabelValues(dataplane.ResultOK))
+		return poll.Unmet(got == 3, "release_instance_total{ok} = %v", got)
 	})
 }
 
@@ -125,7 +127,7 @@ func TestOneshotConcurrentColdMisses(t *testing.T) {
 			uids <- decodeEcho(t, r).Pod.UID
 		})
 	}
-	poll.Until(t, pollTimeout, pollInterval, "the first GetInstance", fake.holds(func(f *fakeController) error { return unmet(len(f.calls) > 0, "%d calls", len(f.calls)) }))
+	poll.Until(t, pollTimeout, pollInterval, "the first GetInstance", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.calls) > 0, "%d calls", len(f.calls)) }))
 	close(release)
 	wg.Wait()
 	close(uids)
@@ -137,7 +139,7 @@ func TestOneshotConcurrentColdMisses(t *testing.T) {
 		seen[u] = true
 	}
 	poll.Until(t, pollTimeout, pollInterval, "every handed instance released", fake.holds(func(f *fakeController) error {
-		return unmet(len(f.releases) == len(f.calls), "%d releases", len(f.releases))
+		return poll.Unmet(len(f.releases) == len(f.calls), "%d releases", len(f.releases))
 	}))
 	if got, calls := len(fake.getCalls()), len(seen); got != calls {
 		t.Errorf("GetInstance calls = %d for %d requests served", got, calls)
@@ -157,7 +159,7 @@ func TestOneshotReleasedOnCancel(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		req, _ := http.NewRequestWithContext(ctx, "GET", h.url+"/?sleep=10s", nil)
-		req.Header.Set(HeaderFunction, "default/once")
+		req.Header.Set(dataplane.HeaderFunction, "default/once")
 		resp, err := h.client.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -169,14 +171,14 @@ func TestOneshotReleasedOnCancel(t *testing.T) {
 		if e == nil {
 			return errors.New("no cache entry")
 		}
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	cancel()
 	if err := <-done; err == nil {
 		t.Fatal("the cancelled request succeeded")
 	}
 	poll.Until(t, pollTimeout, pollInterval, "the release after the cancel", fake.holds(func(f *fakeController) error {
-		return unmet(len(f.releases) == 1, "%d releases", len(f.releases))
+		return poll.Unmet(len(f.releases) == 1, "%d releases", len(f.releases))
 	}))
 	if diff := cmp.Diff([]string{"once-0"}, fake.releasedUIDs()); diff != "" {
 		t.Errorf("released (-want +got):\n%s", diff)

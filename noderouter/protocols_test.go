@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -30,7 +31,7 @@ func TestH2C(t *testing.T) {
 	t.Cleanup(tr.CloseIdleConnections)
 	for range 2 {
 		req, _ := http.NewRequestWithContext(t.Context(), "POST", h.url+"/h2", strings.NewReader("over h2c"))
-		req.Header.Set(HeaderFunction, "default/echo")
+		req.Header.Set(dataplane.HeaderFunction, "default/echo")
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			t.Fatal(err)
@@ -79,32 +80,11 @@ func TestForwardedHeaders(t *testing.T) {
 	}
 }
 
-// upgradeEcho answers an Upgrade with 101 and echoes bytes both ways.
-func upgradeEcho(t *testing.T) string {
-	t.Helper()
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "skipper-test" {
-			http.Error(w, "want an upgrade", 400)
-			return
-		}
-		conn, brw, err := http.NewResponseController(w).Hijack()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		_, _ = brw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: skipper-test\r\nConnection: Upgrade\r\n\r\n")
-		_ = brw.Flush()
-		_, _ = io.Copy(conn, brw)
-	}))
-	t.Cleanup(ts.Close)
-	return ts.Listener.Addr().String()
-}
-
 func TestUpgradePassThrough(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
 	fake.handle("default/ws", func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
-		return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-ws", upgradeEcho(t))},
+		return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-ws", routertest.UpgradeEcho(t))},
 			Config: &pb.FunctionConfig{ConcurrencyLimit: 1}}, nil
 	})
 	h := startRouter(t, fake, func(c *Config) { c.MaxQueue = 0 })
@@ -147,7 +127,7 @@ func TestLastReportOnShutdown(t *testing.T) {
 	cfg.ControllerAddresses = []string{fake.addr}
 	cfg.DrainDelay = 0
 	cfg.ReportInterval = time.Hour // only the last report
-	data, admin := listen(t), listen(t)
+	data, admin := routertest.Listen(t), routertest.Listen(t)
 	rt := newRouter(cfg, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -156,7 +136,7 @@ func TestLastReportOnShutdown(t *testing.T) {
 	defer tr.CloseIdleConnections()
 	call := func(path string) int {
 		req, _ := http.NewRequest("GET", "http://"+data.Addr().String()+path, nil)
-		req.Header.Set(HeaderFunction, "default/echo")
+		req.Header.Set(dataplane.HeaderFunction, "default/echo")
 		resp, err := tr.RoundTrip(req)
 		if err != nil {
 			return -1
@@ -171,7 +151,7 @@ func TestLastReportOnShutdown(t *testing.T) {
 	go func() { slow <- call("/?sleep=300ms") }()
 	poll.Until(t, pollTimeout, pollInterval, "the slow request in flight", func(context.Context) error {
 		e, _ := rt.cache.Lookup(route.Ref{Namespace: "default", Name: "echo"})
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	tr.CloseIdleConnections()
 	cancel()
@@ -182,7 +162,7 @@ func TestLastReportOnShutdown(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	// Sent before run returned; the fake may still be reading it.
-	poll.Until(t, pollTimeout, pollInterval, "the last report", fake.holds(func(f *fakeController) error { return unmet(len(f.reports) > 0, "%d reports", len(f.reports)) }))
+	poll.Until(t, pollTimeout, pollInterval, "the last report", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.reports) > 0, "%d reports", len(f.reports)) }))
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	if len(fake.reports) != 1 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
@@ -53,12 +54,12 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 		if e == nil {
 			return errors.New("no cache entry")
 		}
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	second := h.goCall(t, "default/echo", "/")
 	poll.Until(t, pollTimeout, pollInterval, "the second request queued", func(context.Context) error {
 		e, _ := h.rt.cache.Lookup(ref)
-		return unmet(e.Queued() == 1, "%d queued", e.Queued())
+		return poll.Unmet(e.Queued() == 1, "%d queued", e.Queued())
 	})
 	poll.Until(t, pollTimeout, pollInterval, "a report with one queued request", fake.holds(func(f *fakeController) error {
 		n := len(f.reports)
@@ -66,12 +67,12 @@ func TestConcurrencyLimitQueues(t *testing.T) {
 			return fmt.Errorf("%d reports, the last of no function", n)
 		}
 		fr := f.reports[n-1].GetFunctions()[0]
-		return unmet(fr.GetQueued() == 1 && fr.GetInFlight() == 1, "the last report: %d queued, %d in flight", fr.GetQueued(), fr.GetInFlight())
+		return poll.Unmet(fr.GetQueued() == 1 && fr.GetInFlight() == 1, "the last report: %d queued, %d in flight", fr.GetQueued(), fr.GetInFlight())
 	}))
 
 	// The queue holds one: the third is turned away at once.
 	r := h.call(t, "default/echo")
-	if r.status != 503 || r.header.Get("Retry-After") == "" || reasonIn(t, r) != reasonQueueFull {
+	if r.status != 503 || r.header.Get("Retry-After") == "" || reasonIn(t, r) != dataplane.ReasonQueueFull {
 		t.Errorf("third request: %d, Retry-After %q, body %s; want 503 queue_full with Retry-After", r.status, r.header.Get("Retry-After"), r.body)
 	}
 	for name, ch := range map[string]<-chan reply{"first": first, "second": second} {
@@ -101,11 +102,11 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 		if e == nil {
 			return errors.New("no cache entry")
 		}
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
 	start := time.Now()
 	r := h.call(t, "default/echo")
-	if r.status != 503 || r.header.Get("Retry-After") == "" || reasonIn(t, r) != reasonQueueTimeout {
+	if r.status != 503 || r.header.Get("Retry-After") == "" || reasonIn(t, r) != dataplane.ReasonQueueTimeout {
 		t.Errorf("queued request: %d, body %s; want 503 queue_timeout with Retry-After", r.status, r.body)
 	}
 	if d := time.Since(start); d > 900*time.Millisecond {
@@ -123,9 +124,9 @@ func TestConcurrencyLimitQueueTimeout(t *testing.T) {
 		if e == nil {
 			return errors.New("no cache entry")
 		}
-		return unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
+		return poll.Unmet(e.InFlight.Load() == 1, "%d in flight", e.InFlight.Load())
 	})
-	if r := h.call(t, "default/strict"); r.status != 503 || reasonIn(t, r) != reasonQueueFull {
+	if r := h.call(t, "default/strict"); r.status != 503 || reasonIn(t, r) != dataplane.ReasonQueueFull {
 		t.Errorf("with no queue: %d %s; want 503 queue_full", r.status, r.body)
 	}
 	<-busy
@@ -160,7 +161,7 @@ func TestOneReportPerIntervalAtScale(t *testing.T) {
 	}))
 	start := time.Now()
 	poll.Until(t, pollTimeout, pollInterval, "ten more reports", fake.holds(func(f *fakeController) error {
-		return unmet(len(f.reports) >= first+11, "%d reports", len(f.reports))
+		return poll.Unmet(len(f.reports) >= first+11, "%d reports", len(f.reports))
 	}))
 	elapsed := time.Since(start)
 	fake.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,12 +19,13 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
-	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -46,6 +46,16 @@ type harness struct {
 
 // startRouter runs a router against fake (static members) on loopback until
 // the test ends. prep, if any, adjusts the router before it runs.
+// testForwarder is the forwarder the router's tests run with:
+// SKIPPER_TEST_FORWARDER (loop, h1 or nethttp; make unit runs each), loop
+// (the default) when unset.
+var testForwarder = func() string {
+	if f := os.Getenv("SKIPPER_TEST_FORWARDER"); f != "" {
+		return f
+	}
+	return dataplane.ForwarderLoop
+}()
+
 func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep ...func(*router)) *harness {
 	t.Helper()
 	cfg := DefaultConfig()
@@ -63,8 +73,8 @@ func startRouter(t *testing.T, fake *fakeController, mutate func(*Config), prep 
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	data := listen(t)
-	admin := listen(t)
+	data := routertest.Listen(t)
+	admin := routertest.Listen(t)
 	rt := newRouter(cfg, slog.New(slog.DiscardHandler))
 	for _, p := range prep {
 		p(rt)
@@ -134,15 +144,6 @@ func waitingIn(t *testing.T, fn string) int {
 	return n
 }
 
-func listen(t testing.TB) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
-
 // startEcho runs the real skipper-echo handler as pod uid and returns its
 // address.
 func startEcho(t *testing.T, uid string) string {
@@ -152,27 +153,6 @@ func startEcho(t *testing.T, uid string) string {
 	ts := httptest.NewServer(echo.NewServer(cfg, slog.New(slog.DiscardHandler)))
 	t.Cleanup(ts.Close)
 	return ts.Listener.Addr().String()
-}
-
-// deadAddress is an address nothing listens on.
-// deadAddress is a loopback address that refuses connections for the
-// test's life: a socket bound to it that never listens holds the port, so
-// no listener the test starts later (the router's own) can be given it.
-func deadAddress(t *testing.T) string {
-	t.Helper()
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = unix.Close(fd) })
-	if err := unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
-		t.Fatal(err)
-	}
-	sa, err := unix.Getsockname(fd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(sa.(*unix.SockaddrInet4).Port))
 }
 
 func inst(uid, addr string) *pb.Instance {
@@ -280,16 +260,16 @@ func TestColdThenWarm(t *testing.T) {
 	// A request is counted as its answer goes out, not before the caller
 	// has it.
 	poll.Until(t, pollTimeout, pollInterval, "the fourth request counted", func(context.Context) error {
-		got := histCount(m.functionSeconds.WithLabelValues("default/echo"))
-		return unmet(got == 4, "%v counted", got)
+		got := routertest.Value(t, m.reg, "skipper_noderouter_function_request_seconds", "function", "default/echo")
+		return poll.Unmet(got == 4, "%v counted", got)
 	})
 	for name, c := range map[string]struct{ got, want float64 }{
-		"get_instance ok":   {counter(m.getInstance.WithLabelValues(resultOK)), 1},
-		"cache hit":         {counter(m.cacheHit), 3},
-		"cache miss":        {counter(m.cacheMiss), 1},
-		"requests 200":      {counter(m.requests.WithLabelValues("default/echo", "200")), 4},
-		"function latency":  {histCount(m.functionSeconds.WithLabelValues("default/echo")), 4},
-		"get_instance 404s": {counter(m.getInstance.WithLabelValues(resultNotFound)), 0},
+		"get_instance ok":   {routertest.Counter(m.getInstance.WithLabelValues(dataplane.ResultOK)), 1},
+		"cache hit":         {routertest.Value(t, m.reg, "skipper_noderouter_cache_lookups_total", "result", "hit"), 3},
+		"cache miss":        {routertest.Value(t, m.reg, "skipper_noderouter_cache_lookups_total", "result", "miss"), 1},
+		"requests 200":      {routertest.Value(t, m.reg, "skipper_noderouter_requests_total", "function", "default/echo", "code", "200"), 4},
+		"function latency":  {routertest.Value(t, m.reg, "skipper_noderouter_function_request_seconds", "function", "default/echo"), 4},
+		"get_instance 404s": {routertest.Counter(m.getInstance.WithLabelValues(dataplane.ResultNotFound)), 0},
 	} {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", name, c.got, c.want)
@@ -338,17 +318,17 @@ func TestErrors(t *testing.T) {
 		wantReason string
 		retryAfter bool
 	}{
-		{"missing", nil, 400, reasonMissingFunction, false},
-		{"host not a function", map[string]string{"Host": "example.com"}, 400, reasonMissingFunction, false},
-		{"malformed header", map[string]string{"X-Skipper-Function": "Default/Echo"}, 400, reasonMalformedFunction, false},
-		{"bare name without default namespace", map[string]string{"X-Skipper-Function": "echo"}, 400, reasonMalformedFunction, false},
-		{"malformed host", map[string]string{"Host": "a.b.c.fn"}, 400, reasonMalformedFunction, false},
-		{"unknown", map[string]string{"X-Skipper-Function": "default/nope"}, 404, reasonUnknownFunction, false},
-		{"invalid argument", map[string]string{"X-Skipper-Function": "default/bad"}, 400, reasonMalformedFunction, false},
-		{"resource exhausted", map[string]string{"X-Skipper-Function": "default/full"}, 503, reasonNoCapacity, true},
-		{"unavailable", map[string]string{"X-Skipper-Function": "default/nobody"}, 503, reasonNoController, true},
-		{"cold start timeout", map[string]string{"X-Skipper-Function": "default/slow"}, 503, reasonColdStartTimeout, true},
-		{"no instances", map[string]string{"X-Skipper-Function": "default/empty"}, 503, reasonNoInstances, true},
+		{"missing", nil, 400, dataplane.ReasonMissingFunction, false},
+		{"host not a function", map[string]string{"Host": "example.com"}, 400, dataplane.ReasonMissingFunction, false},
+		{"malformed header", map[string]string{"X-Skipper-Function": "Default/Echo"}, 400, dataplane.ReasonMalformedFunction, false},
+		{"bare name without default namespace", map[string]string{"X-Skipper-Function": "echo"}, 400, dataplane.ReasonMalformedFunction, false},
+		{"malformed host", map[string]string{"Host": "a.b.c.fn"}, 400, dataplane.ReasonMalformedFunction, false},
+		{"unknown", map[string]string{"X-Skipper-Function": "default/nope"}, 404, dataplane.ReasonUnknownFunction, false},
+		{"invalid argument", map[string]string{"X-Skipper-Function": "default/bad"}, 400, dataplane.ReasonMalformedFunction, false},
+		{"resource exhausted", map[string]string{"X-Skipper-Function": "default/full"}, 503, dataplane.ReasonNoCapacity, true},
+		{"unavailable", map[string]string{"X-Skipper-Function": "default/nobody"}, 503, dataplane.ReasonNoController, true},
+		{"cold start timeout", map[string]string{"X-Skipper-Function": "default/slow"}, 503, dataplane.ReasonColdStartTimeout, true},
+		{"no instances", map[string]string{"X-Skipper-Function": "default/empty"}, 503, dataplane.ReasonNoInstances, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -356,7 +336,7 @@ func TestErrors(t *testing.T) {
 			if r.status != tt.wantStatus {
 				t.Fatalf("status = %d, want %d (%s)", r.status, tt.wantStatus, r.body)
 			}
-			var body errorBody
+			var body routertest.ErrorBody
 			if err := json.Unmarshal(r.body, &body); err != nil {
 				t.Fatalf("body %q: %v", r.body, err)
 			}
@@ -372,13 +352,13 @@ func TestErrors(t *testing.T) {
 		})
 	}
 	m := h.rt.m
-	if got := counter(m.getInstance.WithLabelValues(resultResourceExhausted)); got != 1 {
+	if got := routertest.Counter(m.getInstance.WithLabelValues(dataplane.ResultResourceExhausted)); got != 1 {
 		t.Errorf("get_instance_total{resource_exhausted} = %v, want 1", got)
 	}
-	if got := counter(m.requests.WithLabelValues("", "404")); got != 1 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_requests_total", "function", "", "code", "404"); got != 1 {
 		t.Errorf("requests_total{function=\"\",code=404} = %v, want 1 (unknown names are not labelled)", got)
 	}
-	if got := counter(m.requests.WithLabelValues("default/full", "503")); got != 1 {
+	if got := routertest.Value(t, m.reg, "skipper_noderouter_requests_total", "function", "default/full", "code", "503"); got != 1 {
 		t.Errorf("requests_total{default/full,503} = %v, want 1", got)
 	}
 }
@@ -394,7 +374,7 @@ func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
 		defer mu.Unlock()
 		n++
 		if n == 1 {
-			return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-dead", deadAddress(t))}}, nil
+			return &pb.GetInstanceResponse{Generation: 1, Instances: []*pb.Instance{inst("uid-dead", routertest.DeadAddress(t))}}, nil
 		}
 		return &pb.GetInstanceResponse{Generation: 2, Instances: []*pb.Instance{inst("uid-good", good)}}, nil
 	})
@@ -417,7 +397,7 @@ func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
 	if calls[1].GetKnownGeneration() != 1 {
 		t.Errorf("known generation = %d, want 1", calls[1].GetKnownGeneration())
 	}
-	if got := counter(h.rt.m.retries); got != 1 {
+	if got := routertest.Value(t, h.rt.m.reg, "skipper_noderouter_retries_total"); got != 1 {
 		t.Errorf("retries_total = %v, want 1", got)
 	}
 	if r := h.call(t, "default/flaky"); r.status != 200 || len(fake.getCalls()) != 2 {
@@ -428,11 +408,11 @@ func TestDialFailureEvictsAndAsksAgain(t *testing.T) {
 func TestDialFailureRetriesCachedInstance(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
-	fake.handle("default/echo", fixed(1, inst("uid-good", startEcho(t, "uid-good")), inst("uid-dead", deadAddress(t))))
+	fake.handle("default/echo", fixed(1, inst("uid-good", startEcho(t, "uid-good")), inst("uid-dead", routertest.DeadAddress(t))))
 	h := startRouter(t, fake, nil)
 	// The pick is random: call until the dead instance was drawn (each call
 	// draws it with probability 1/2) and check every call succeeded.
-	for i := 0; counter(h.rt.m.evictions) == 0; i++ {
+	for i := 0; routertest.Value(t, h.rt.m.reg, "skipper_noderouter_evictions_total") == 0; i++ {
 		if i == 64 {
 			t.Fatal("the dead instance was never picked")
 		}
@@ -444,7 +424,7 @@ func TestDialFailureRetriesCachedInstance(t *testing.T) {
 	if got := len(fake.getCalls()); got != 1 {
 		t.Errorf("GetInstance calls = %d, want 1 (another cached instance was there)", got)
 	}
-	if got := counter(h.rt.m.retries); got != 1 {
+	if got := routertest.Value(t, h.rt.m.reg, "skipper_noderouter_retries_total"); got != 1 {
 		t.Errorf("retries_total = %v, want 1", got)
 	}
 }
@@ -465,11 +445,11 @@ func TestConcurrentMissesShareOneCall(t *testing.T) {
 	for range n {
 		wg.Go(func() { codes <- h.call(t, "default/echo").status })
 	}
-	poll.Until(t, pollTimeout, pollInterval, "the first GetInstance", fake.holds(func(f *fakeController) error { return unmet(len(f.calls) > 0, "%d calls", len(f.calls)) }))
+	poll.Until(t, pollTimeout, pollInterval, "the first GetInstance", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.calls) > 0, "%d calls", len(f.calls)) }))
 	// Every request waits for the shared call.
 	poll.Until(t, pollTimeout, pollInterval, "every request waiting for the call", func(context.Context) error {
-		w := waitingIn(t, "skipper.dev/skipper/noderouter.(*controlPlane).resolve")
-		return unmet(w == n, "%d of %d waiting", w, n)
+		w := waitingIn(t, "skipper.dev/skipper/noderouter.(*controlPlane).Resolve")
+		return poll.Unmet(w == n, "%d of %d waiting", w, n)
 	})
 	close(release)
 	wg.Wait()

@@ -22,9 +22,9 @@ import (
 
 	"skipper.dev/skipper/bpf"
 	"skipper.dev/skipper/internal/loglevel"
-	"skipper.dev/skipper/internal/tick"
 	"skipper.dev/skipper/noderouter/callers"
 	"skipper.dev/skipper/noderouter/cgroup"
+	"skipper.dev/skipper/noderouter/dataplane"
 	"skipper.dev/skipper/noderouter/localaddr"
 	"skipper.dev/skipper/noderouter/route"
 	pb "skipper.dev/skipper/proto/skipperv1"
@@ -112,7 +112,7 @@ type router struct {
 	m     *metrics
 	cache *route.Cache
 	cp    *controlPlane
-	proxy *proxy
+	proxy *dataplane.Proxy
 	ready atomic.Bool
 	// callerIndex tells pods apart by address (nil: no index, see
 	// identifier); callersSynced is set once its first list is in, and
@@ -120,7 +120,7 @@ type router struct {
 	callerIndex   *callers.Index
 	callersSynced atomic.Bool
 	// pre keeps connections to warm pool pods (nil: none, see newRouter).
-	pre *preconnector
+	pre *dataplane.Preconnector
 
 	// Set before run, all optional.
 	// local is a second data-plane listener, on the node-local address.
@@ -148,11 +148,11 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 	negative := route.NewNegative(cfg.NegativeCacheTTL, cfg.NegativeCacheSize)
 	cp := newControlPlane(cfg, log, m, cache, negative, id)
 	cp.usage = &usageSampler{node: cfg.NodeName, cache: cache, log: log}
-	rt := &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: newProxy(cfg, log, m, cache, negative, cp)}
+	rt := &router{cfg: cfg, log: log, m: m, cache: cache, cp: cp, proxy: dataplane.New(cfg.Options, log, m.dp, cache, negative, cp)}
 	rt.callersSynced.Store(true)
 	switch {
 	case cfg.Mode == ModeSidecar && cfg.PodNamespace != "" && cfg.PodServiceAccount != "":
-		rt.proxy.identify = ownPod(callers.NewIdentity(cfg.PodNamespace, cfg.PodServiceAccount, cfg.PodName))
+		rt.proxy.SetIdentify(dataplane.OwnPod(callers.NewIdentity(cfg.PodNamespace, cfg.PodServiceAccount, cfg.PodName)))
 	case cfg.Mode == ModeSidecar:
 		log.Warn("--pod-namespace or --pod-service-account unset: calls to functions that list callers will be refused (caller_unknown)")
 	case cfg.CallerIndex && len(cfg.ControllerAddresses) > 0:
@@ -160,15 +160,26 @@ func newRouter(cfg Config, log *slog.Logger) *router {
 	case cfg.CallerIndex:
 		rt.callerIndex = &callers.Index{}
 		rt.callersSynced.Store(false)
-		rt.proxy.identify = rt.callerIndex.Lookup
+		rt.proxy.SetIdentify(rt.callerIndex.Lookup)
 	}
 	switch ok, why := preconnects(cfg); {
 	case ok:
-		rt.pre = newPreconnector(rt.proxy.pool, cfg.PreconnectPoolPods, preconnectRenewal(cfg.IdleConnTimeout), m, log)
+		rt.pre = dataplane.NewPreconnector(rt.proxy, cfg.PreconnectPoolPods, log)
 	case why != "":
 		log.Warn("no pre-connections to warm pool pods", "reason", why)
 	}
 	return rt
+}
+
+// preconnects reports whether a router with cfg keeps pre-connections and,
+// when not, why (empty: it does not want them). They ride on the pod watch
+// (a DaemonSet's, with a Kubernetes client); the data plane says whether
+// its Options allow them.
+func preconnects(cfg Config) (bool, string) {
+	if cfg.PreconnectPoolPods == 0 || cfg.Mode == ModeSidecar || len(cfg.ControllerAddresses) > 0 {
+		return false, ""
+	}
+	return dataplane.CanPreconnect(cfg.Options)
 }
 
 func incarnation() string {
@@ -183,6 +194,10 @@ func incarnation() string {
 func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernetes.Interface) error {
 	// The control plane and the informer outlive ctx until the data server
 	// has drained: in-flight cold requests still need GetInstance.
+	dataSrv, err := rt.proxy.NewServer(rt.log)
+	if err != nil {
+		return err
+	}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopBG()
 	errc := make(chan error, 8) // one per sender at most: none blocks after the first stops run
@@ -202,11 +217,15 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	}
 
 	if rt.pre != nil {
-		wg.Go(func() { rt.pre.run(bg) })
+		wg.Go(func() { rt.pre.Run(bg) })
 	}
 	if (rt.callerIndex != nil || rt.pre != nil) && cs != nil {
 		wg.Go(func() {
-			if err := watchPods(bg, cs, rt.callerIndex, rt.pre, rt.log, func() { rt.callersSynced.Store(true) }); err != nil {
+			var pre podFeed // a nil interface, not a nil *Preconnector
+			if rt.pre != nil {
+				pre = rt.pre
+			}
+			if err := watchPods(bg, cs, rt.callerIndex, pre, rt.log, func() { rt.callersSynced.Store(true) }); err != nil {
 				errc <- fmt.Errorf("watch pods (--caller-index, --preconnect-pool-pods): %w", err)
 			}
 		})
@@ -214,49 +233,30 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 		rt.callersSynced.Store(true)
 	}
 
-	errLog := slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)
-	// HTTP/1.1 and HTTP/2 cleartext (h2c, prior knowledge) on the same
-	// listeners; instances are always spoken to in HTTP/1.1.
-	var protocols http.Protocols
-	protocols.SetHTTP1(true)
-	protocols.SetUnencryptedHTTP2(true)
-	dataSrv := &http.Server{Handler: rt.proxy.nethttp, ReadHeaderTimeout: headerTimeout, IdleTimeout: idleTimeout,
-		MaxHeaderBytes: rt.cfg.MaxHeaderBytes, ErrorLog: errLog, Protocols: &protocols}
-	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: errLog}
-	serve := func(srv interface{ Serve(net.Listener) error }, ln net.Listener, what string) {
-		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+	adminSrv := &http.Server{Handler: rt.adminHandler(), ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(rt.log.Handler(), slog.LevelWarn)}
+	serve := func(serve func(net.Listener) error, ln net.Listener, what string) {
+		if err := serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("serve %s on %s: %w", what, ln.Addr(), err)
 		}
 	}
-	// The data plane's HTTP/1.1 server: net/http's (--forwarder=nethttp)
-	// or h1's, which hands h2c connections to net/http's.
-	var h1Srv *h1Server
-	var dataServer interface{ Serve(net.Listener) error } = dataSrv
-	if rt.cfg.Forwarder == forwarderH1 || rt.cfg.Forwarder == forwarderLoop {
-		handoff := newConnListener(data.Addr())
-		h1Srv = newH1Server(rt.proxy, rt.log, handoff)
-		dataServer = h1Srv
-		if rt.cfg.Forwarder == forwarderLoop {
-			if err := h1Srv.startLoops(loopCount(rt.cfg.Loops)); err != nil {
-				errc <- err // stops run below
-			}
+	wg.Go(func() {
+		if err := dataSrv.ServeHandoff(); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("serve data plane (h2c handed over): %w", err)
 		}
-		wg.Go(func() { serve(dataSrv, handoff, "data plane (h2c)") })
-	}
-	wg.Go(func() { serve(dataServer, data, "data plane") })
+	})
+	wg.Go(func() { serve(dataSrv.Serve, data, "data plane") })
 	localAddr := ""
 	if rt.local != nil {
 		localAddr = rt.local.Addr().String()
-		wg.Go(func() { serve(dataServer, rt.local, "data plane (local address)") })
+		wg.Go(func() { serve(dataSrv.Serve, rt.local, "data plane (local address)") })
 	}
-	wg.Go(func() { serve(adminSrv, admin, "admin") })
+	wg.Go(func() { serve(adminSrv.Serve, admin, "admin") })
 	if rt.localAddr != nil {
 		wg.Go(func() { rt.localAddr.Run(bg, rt.cfg.LocalAddressInterval, rt.log) })
 	}
 	// Checked every report interval, like the reports that walk the cache.
 	wg.Go(func() { rt.cp.sweepLoop(bg, rt.cfg.ReportInterval) })
-	// The instance pool's shared shard (each event loop sweeps its own).
-	wg.Go(func() { tick.After(bg, max(rt.proxy.pool.idleTimeout/2, 100*time.Millisecond), rt.proxy.pool.sweep) })
+	wg.Go(func() { rt.proxy.Run(bg) })
 	if rt.cp.usage.reader != nil {
 		wg.Go(func() { rt.cp.usage.run(bg, rt.cfg.ReportInterval) })
 	}
@@ -299,14 +299,8 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rt.cfg.ShutdownTimeout)
 	defer cancel()
 	var errs []error
-	if h1Srv != nil {
-		if err := h1Srv.Shutdown(sctx); err != nil {
-			errs = append(errs, fmt.Errorf("drain data plane: %w", err))
-		}
-	}
 	if err := dataSrv.Shutdown(sctx); err != nil {
 		errs = append(errs, fmt.Errorf("drain data plane: %w", err))
-		_ = dataSrv.Close()
 	}
 	stopBG()
 	rt.cp.close()
@@ -314,8 +308,7 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 		_ = adminSrv.Close()
 	}
 	wg.Wait()
-	rt.proxy.nethttp.transport.CloseIdleConnections()
-	rt.proxy.pool.close()
+	rt.proxy.Close()
 	rt.log.Info("stopped")
 	return errors.Join(append([]error{runErr}, errs...)...)
 }

@@ -113,8 +113,7 @@ func fillScale(tb testing.TB, cp *controlPlane, n int) {
 			in.Requests.Add(uint64(300 + 11*i + j))
 			in.InFlight.Add(int64((i + j) % 3))
 		}
-		cp.m.requests.WithLabelValues(e.Key, codeLabel(200)).Inc()
-		cp.m.functionSeconds.WithLabelValues(e.Key).Observe(0.004)
+		cp.m.dp.Served(e.Key, 200, 0.004)
 	}
 }
 

@@ -19,7 +19,7 @@ func TestSidecarMode(t *testing.T) {
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("status %d %s", r.status, r.body)
 	}
-	poll.Until(t, pollTimeout, pollInterval, "a hello", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) > 0, "%d hellos", len(f.hellos)) }))
+	poll.Until(t, pollTimeout, pollInterval, "a hello", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.hellos) > 0, "%d hellos", len(f.hellos)) }))
 	fake.mu.Lock()
 	defer fake.mu.Unlock()
 	if m := fake.hellos[0].GetRouter().GetMode(); m != ModeSidecar {

@@ -138,10 +138,7 @@ func (rt *router) followVIPs(ctx context.Context, cs kubernetes.Interface) error
 // instances and to controllers), so the programs never rewrite them. Called
 // before serving, while nothing dials yet.
 func (rt *router) markDials() {
-	d := instanceDialer(rt.cfg, bpf.MarkControl(bpf.DefaultSkipMark))
-	rt.proxy.nethttp.transport.DialContext = d.DialContext
-	rt.proxy.pool.dialer = d
-	rt.proxy.dialMark = bpf.DefaultSkipMark
+	rt.proxy.MarkDials(bpf.DefaultSkipMark, bpf.MarkControl(bpf.DefaultSkipMark))
 	rt.cp.dialer = &net.Dialer{Control: bpf.MarkControl(bpf.DefaultSkipMark)}
 }
 

@@ -25,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"skipper.dev/skipper/bpf"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	"skipper.dev/skipper/noderouter/localaddr"
 )
 
@@ -257,13 +258,13 @@ func testBPFSteersVIPToLocalAddress(t *testing.T, skMsg bool) {
 	}
 	// The router's own dials, to instances and to controllers, carry the
 	// skip mark.
-	target := listen(t)
+	target := routertest.Listen(t)
 	defer target.Close()
 	if rt.cp.dialer == nil {
 		t.Fatal("controller dialer not set")
 	}
 	for what, dial := range map[string]func(context.Context, string, string) (net.Conn, error){
-		"instances": rt.proxy.nethttp.transport.DialContext, "controllers": rt.cp.dialer.DialContext} {
+		"instances": rt.proxy.DialInstance, "controllers": rt.cp.dialer.DialContext} {
 		if got := dialMark(t, dial, target.Addr().String()); got != bpf.DefaultSkipMark {
 			t.Errorf("dials to %s carry SO_MARK %#x, want %#x", what, got, bpf.DefaultSkipMark)
 		}
@@ -271,7 +272,7 @@ func testBPFSteersVIPToLocalAddress(t *testing.T, skMsg bool) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rt.run(ctx, listen(t), listen(t), nil) }()
+	go func() { done <- rt.run(ctx, routertest.Listen(t), routertest.Listen(t), nil) }()
 	stopped := false
 	stop := func() {
 		if !stopped {
@@ -348,14 +349,14 @@ func TestBPFAutoDegrades(t *testing.T) {
 	}
 	// It still serves, without marking its dials (SO_MARK needs
 	// CAP_NET_ADMIN, which a degraded router may lack).
-	target := listen(t)
+	target := routertest.Listen(t)
 	defer target.Close()
-	if got := dialMark(t, rt.proxy.nethttp.transport.DialContext, target.Addr().String()); got != 0 || rt.cp.dialer != nil {
+	if got := dialMark(t, rt.proxy.DialInstance, target.Addr().String()); got != 0 || rt.cp.dialer != nil {
 		t.Errorf("degraded router marks its dials: SO_MARK %#x, controller dialer %v", got, rt.cp.dialer)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- rt.run(ctx, listen(t), listen(t), nil) }()
+	go func() { done <- rt.run(ctx, routertest.Listen(t), routertest.Listen(t), nil) }()
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("router run: %v", err)

@@ -143,7 +143,7 @@ func (cp *controlPlane) drop(e *route.Entry, removed bool) {
 	if !cp.cache.Drop(e, removed) {
 		return
 	}
-	cp.m.forgetFunction(e.Key)
+	cp.m.dp.ForgetFunction(e.Key)
 	cp.log.Debug("cache entry dropped", "function", e.Key, "removed", removed,
 		"requests", e.Requests.Load(), "errors", e.Errors.Load())
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"skipper.dev/skipper/internal/poll"
+	"skipper.dev/skipper/noderouter/internal/routertest"
 	pb "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -23,7 +24,7 @@ func TestStream(t *testing.T) {
 			return fmt.Errorf("%d hellos, %d reports", len(f.hellos), len(f.reports))
 		}
 		fns := f.reports[len(f.reports)-1].GetFunctions()
-		return unmet(len(fns) == 1 && fns[0].GetRequestsTotal() == 1, "the last report: %v", fns)
+		return poll.Unmet(len(fns) == 1 && fns[0].GetRequestsTotal() == 1, "the last report: %v", fns)
 	}))
 	fake.mu.Lock()
 	hello := fake.hellos[0]
@@ -52,7 +53,7 @@ func TestStream(t *testing.T) {
 		Instances: []*pb.Instance{inst("uid-2", startEcho(t, "uid-2"))},
 	}}}
 	poll.Until(t, pollTimeout, pollInterval, "ack of generation 2", fake.holds(func(f *fakeController) error {
-		return unmet(len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2, "acks %v", f.acks)
+		return poll.Unmet(len(f.acks) > 0 && f.acks[len(f.acks)-1].GetGeneration() == 2, "acks %v", f.acks)
 	}))
 	if got := decodeEcho(t, h.call(t, "default/echo")); got.Pod.UID != "uid-2" {
 		t.Errorf("after update answered by %q, want uid-2", got.Pod.UID)
@@ -62,7 +63,7 @@ func TestStream(t *testing.T) {
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 1,
 		Instances: []*pb.Instance{inst("uid-1", "127.0.0.1:1")},
 	}}}
-	poll.Until(t, pollTimeout, pollInterval, "second ack", fake.holds(func(f *fakeController) error { return unmet(len(f.acks) == 2, "%d acks", len(f.acks)) }))
+	poll.Until(t, pollTimeout, pollInterval, "second ack", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.acks) == 2, "%d acks", len(f.acks)) }))
 	fake.mu.Lock()
 	if g := fake.acks[1].GetGeneration(); g != 2 {
 		t.Errorf("stale update acked with generation %d, want 2", g)
@@ -73,7 +74,7 @@ func TestStream(t *testing.T) {
 	fake.push <- &pb.ControllerMessage{Message: &pb.ControllerMessage_Update{Update: &pb.AssignmentUpdate{
 		Function: &pb.FunctionRef{Namespace: "default", Name: "echo"}, Generation: 3, Removed: true,
 	}}}
-	poll.Until(t, pollTimeout, pollInterval, "ack of the removal", fake.holds(func(f *fakeController) error { return unmet(len(f.acks) == 3, "%d acks", len(f.acks)) }))
+	poll.Until(t, pollTimeout, pollInterval, "ack of the removal", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.acks) == 3, "%d acks", len(f.acks)) }))
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("after removal: %d", r.status)
 	}
@@ -91,14 +92,14 @@ func TestStreamReconnects(t *testing.T) {
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("status %d", r.status)
 	}
-	poll.Until(t, pollTimeout, pollInterval, "a hello after two failed connects", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) == 1, "%d hellos", len(f.hellos)) }))
-	if got := counter(h.rt.m.reconnects); got < 2 {
+	poll.Until(t, pollTimeout, pollInterval, "a hello after two failed connects", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.hellos) == 1, "%d hellos", len(f.hellos)) }))
+	if got := routertest.Counter(h.rt.m.reconnects); got < 2 {
 		t.Errorf("stream_reconnects_total = %v, want ≥ 2", got)
 	}
 
 	// The next stream re-subscribes to what the router holds.
 	fake.kick <- struct{}{}
-	poll.Until(t, pollTimeout, pollInterval, "a second hello", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) == 2, "%d hellos", len(f.hellos)) }))
+	poll.Until(t, pollTimeout, pollInterval, "a second hello", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.hellos) == 2, "%d hellos", len(f.hellos)) }))
 	fake.mu.Lock()
 	subs := fake.hellos[1].GetSubscriptions()
 	fake.mu.Unlock()

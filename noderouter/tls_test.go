@@ -45,7 +45,7 @@ func TestControllersOverTLS(t *testing.T) {
 	if r := h.call(t, "default/echo"); r.status != 200 {
 		t.Fatalf("cold call through a TLS controller: %d %s", r.status, r.body)
 	}
-	poll.Until(t, pollTimeout, pollInterval, "a Hello over TLS", fake.holds(func(f *fakeController) error { return unmet(len(f.hellos) > 0, "%d hellos", len(f.hellos)) }))
+	poll.Until(t, pollTimeout, pollInterval, "a Hello over TLS", fake.holds(func(f *fakeController) error { return poll.Unmet(len(f.hellos) > 0, "%d hellos", len(f.hellos)) }))
 	for _, res := range []string{tlsReloadOK, tlsReloadError} {
 		if v, ok := metricValue(t, h.rt, "skipper_noderouter_tls_reloads_total", "result", res); !ok || v != 0 {
 			t.Errorf("tls_reloads_total{result=%q} = %v, %v; want 0, present", res, v, ok)

@@ -38,7 +38,7 @@ func TestReportsInstanceUsage(t *testing.T) {
 			got[ir.GetPodUid()] = ir
 		}
 		// CPU needs two samples: the first has no delta.
-		return unmet(got[local] != nil && got[local].CpuMillicores != nil, "the last report's instances: %v", got)
+		return poll.Unmet(got[local] != nil && got[local].CpuMillicores != nil, "the last report's instances: %v", got)
 	}))
 	if l := got[local]; l.GetCpuMillicores() != 0 || l.MemoryBytes == nil || l.GetMemoryBytes() != 16777216 {
 		t.Errorf("local instance: cpu %v memory %v; want 0 millicores (a static tree) and 16777216 bytes", l.CpuMillicores, l.MemoryBytes)

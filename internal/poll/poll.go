@@ -2,6 +2,7 @@ package poll
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -36,4 +37,13 @@ func Until(t testing.TB, timeout, interval time.Duration, what string, cond func
 			return
 		}
 	}
+}
+
+// Unmet is a condition's answer: nil when ok, else an error saying what
+// was seen (format and args, as fmt.Errorf).
+func Unmet(ok bool, format string, args ...any) error {
+	if ok {
+		return nil
+	}
+	return fmt.Errorf(format, args...)
 }

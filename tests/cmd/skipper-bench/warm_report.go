@@ -157,7 +157,7 @@ func (r warmReport) markdown(images []string) string {
 	}
 	if len(r.Allocs) > 0 {
 		p("\n### Allocations per proxied request\n\n")
-		p("`go test -run '^$' -bench 'ProxyWarmServed|CallerCheck' -benchmem ./noderouter/ ./noderouter/callers/` (make bench): " +
+		p("`go test -run '^$' -bench 'ProxyWarmServed|CallerCheck' -benchmem ./noderouter/dataplane/ ./noderouter/callers/` (make bench): " +
 			"ProxyWarmServed, a raw keep-alive client to a raw instance " +
 			"through the router's served path per forwarder, on loopback (-callers: a Function with spec.callers, the caller in an index of 10,000 pods); " +
 			"allocs/op counts the whole test process, the client's included (the largest of the runs); CallerCheck, the caller check alone from both Ps.\n\n")
