@@ -21,7 +21,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"skipper.dev/skipper/controller/trust"
-	"skipper.dev/skipper/internal/poll"
 	skipperv1 "skipper.dev/skipper/proto/skipperv1"
 )
 
@@ -204,13 +203,7 @@ func TestForwardedCallerReviewedByOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	withAuth := func(c *Config) { c.Auth, c.TokenFile = authTokenReview, ctlToken }
-	la, lb := listen(t), listen(t)
-	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb))
-	name := functionOwnedBy(t, lb, la, lb) // a function B owns
-	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
-	a := startReplica(t, e, "ctl-a", la, withAuth)
-	startReplica(t, e, "ctl-b", lb, withAuth)
-	poll.Until(t, pollTimeout, pollInterval, "A sees a two-member ring", func(context.Context) error { return ringMembers(t, 2, a) })
+	a, name := forwardingPair(t, e, withAuth)
 	call := func(token string, rid *skipperv1.RouterIdentity) (*skipperv1.GetInstanceResponse, error) {
 		ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), trust.HeaderAuthorization, "Bearer "+tok(token)), 5*time.Second)
 		defer cancel()

@@ -346,6 +346,25 @@ func functionOwnedBy(t *testing.T, owner net.Listener, members ...net.Listener) 
 	return ""
 }
 
+// forwardingPair starts replicas ctl-a and ctl-b, each configured by
+// configure (nil: the defaults), and a function B owns on pool echo (one
+// pod, p1); once both see the two-member ring it returns A and the
+// function's name: A forwards the function's calls to B.
+func forwardingPair(t *testing.T, e *testEnv, configure func(*Config)) (a *replica, name string) {
+	t.Helper()
+	la, lb := listen(t), listen(t)
+	// Both replicas share 127.0.0.1, so each advertises its own port; the
+	// Service's slices carry one port each (one slice per port, as the
+	// EndpointSlice controller writes for distinct target ports).
+	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb))
+	name = functionOwnedBy(t, lb, la, lb)
+	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
+	a = startReplica(t, e, "ctl-a", la, configure)
+	b := startReplica(t, e, "ctl-b", lb, configure)
+	poll.Until(t, pollTimeout, pollInterval, "both replicas see a two-member ring", func(context.Context) error { return ringMembers(t, 2, a, b) })
+	return a, name
+}
+
 // replica is one controller replica serving on loopback.
 type replica struct {
 	name     string
@@ -832,16 +851,7 @@ func TestGetInstanceErrors(t *testing.T) {
 func TestForwardsOnceToOwner(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
-	la, lb := listen(t), listen(t)
-	// Both replicas share 127.0.0.1, so each advertises its own port; the
-	// Service's slices carry one port each (one slice per port, as the
-	// EndpointSlice controller writes for distinct target ports).
-	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb))
-	name := functionOwnedBy(t, lb, la, lb) // a function B owns
-	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
-	a := startReplica(t, e, "ctl-a", la, nil)
-	b := startReplica(t, e, "ctl-b", lb, nil)
-	poll.Until(t, pollTimeout, pollInterval, "both replicas see a two-member ring", func(context.Context) error { return ringMembers(t, 2, a, b) })
+	a, name := forwardingPair(t, e, nil)
 
 	resp, err := getInstance(t.Context(), a, name, nil)
 	if err != nil {
@@ -867,7 +877,8 @@ func TestForwardsOnceToOwner(t *testing.T) {
 }
 
 // helloStream opens a Connect stream to r as router id and returns it
-// with r's Welcome.
+// with r's Welcome (nil if the first message was something else). It ends
+// with ctx.
 func helloStream(t *testing.T, ctx context.Context, r *replica, id *skipperv1.RouterIdentity) (grpc.BidiStreamingClient[skipperv1.RouterMessage, skipperv1.ControllerMessage], *skipperv1.Welcome) {
 	t.Helper()
 	stream, err := r.client.Connect(ctx)
@@ -1105,15 +1116,9 @@ func TestOwnershipMoveKeepsRoutersSubscribed(t *testing.T) {
 	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-m", Incarnation: "i1"}
 	connect := func(r *replica) (skipperv1.Controller_ConnectClient, context.CancelFunc) {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		st, err := r.client.Connect(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
-			t.Fatal(err)
-		}
-		if m, err := st.Recv(); err != nil || m.GetWelcome() == nil {
-			t.Fatalf("first message %v, %v; want Welcome", m, err)
+		st, w := helloStream(t, ctx, r, id)
+		if w == nil {
+			t.Fatal("the first message is not a Welcome")
 		}
 		return st, cancel
 	}

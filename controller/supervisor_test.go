@@ -180,23 +180,22 @@ type fakeRouter struct {
 	updates []*skipperv1.AssignmentUpdate
 }
 
+// connectRouter connects router pod on node-1 to r: see connectRouterAs.
 func connectRouter(t *testing.T, r *replica, pod string) *fakeRouter {
+	t.Helper()
+	return connectRouterAs(t, r, &skipperv1.RouterIdentity{
+		Node: "node-1", Pod: pod, Incarnation: "i1", ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1,
+	})
+}
+
+// connectRouterAs connects a router with identity id to r and returns it
+// past the Welcome, recording the updates it is sent until the test ends.
+func connectRouterAs(t *testing.T, r *replica, id *skipperv1.RouterIdentity) *fakeRouter {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := r.client.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fr := &fakeRouter{t: t, stream: stream, id: &skipperv1.RouterIdentity{
-		Node: "node-1", Pod: pod, Incarnation: "i1", ProtocolVersion: skipperv1.ProtocolVersion_PROTOCOL_VERSION_1,
-	}}
-	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: fr.id}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.Recv(); err != nil { // Welcome
-		t.Fatal(err)
-	}
+	stream, _ := helloStream(t, ctx, r, id)
+	fr := &fakeRouter{t: t, id: id, stream: stream}
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {

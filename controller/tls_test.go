@@ -50,13 +50,7 @@ func TestForwardsOverTLS(t *testing.T) {
 	l1 := ca.Issue(t, testServerName)
 	dir := tlstest.NewDir(t, ca.Files(l1))
 	withTLS := func(c *Config) { c.TLSDir = dir.Path }
-	la, lb := listen(t), listen(t)
-	e.add(sliceOf("ctl-a", la), sliceOf("ctl-b", lb))
-	name := functionOwnedBy(t, lb, la, lb) // a function B owns
-	e.add(poolDeploy("echo"), e.fnFor(name, "echo"), poolPod("p1", "echo"))
-	a := startReplica(t, e, "ctl-a", la, withTLS)
-	startReplica(t, e, "ctl-b", lb, withTLS)
-	poll.Until(t, pollTimeout, pollInterval, "A sees a two-member ring", func(context.Context) error { return ringMembers(t, 2, a) })
+	a, name := forwardingPair(t, e, withTLS)
 
 	var p peer.Peer
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)

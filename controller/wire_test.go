@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -36,6 +37,15 @@ func violated(v violations) map[string]int {
 	return out
 }
 
+// wantViolations fails t, naming the violations, unless v holds exactly
+// the fields and counts of want (nil for none).
+func wantViolations(t *testing.T, want map[string]int, v violations) {
+	t.Helper()
+	if diff := cmp.Diff(want, violated(v)); diff != "" {
+		t.Errorf("violations (-want +got):\n%s\n%s", diff, v)
+	}
+}
+
 func TestCheckReport(t *testing.T) {
 	t.Parallel()
 	now := t0
@@ -47,13 +57,6 @@ func TestCheckReport(t *testing.T) {
 		return fr
 	}
 	helloWant := wireFunction{Key: "default/hello", Generation: 7, InFlight: 3, Queued: 1, Counters: scaling.Counters{Requests: 10}}
-	many := func(n int, mk func(i int) *skipperv1.FunctionReport) []*skipperv1.FunctionReport {
-		out := make([]*skipperv1.FunctionReport, n)
-		for i := range out {
-			out[i] = mk(i)
-		}
-		return out
-	}
 	tests := []struct {
 		name       string
 		report     *skipperv1.Report
@@ -152,29 +155,16 @@ func TestCheckReport(t *testing.T) {
 			})}},
 			want: wireReport{Sent: now, Functions: []wireFunction{func() wireFunction {
 				w := helloWant
-				w.Instances = make([]scaling.InstanceReport, maxReportInstances)
-				for i := range w.Instances {
-					w.Instances[i] = scaling.InstanceReport{PodUID: "x"}
-				}
+				w.Instances = slices.Repeat([]scaling.InstanceReport{{PodUID: "x"}}, maxReportInstances)
 				return w
 			}()}},
 			violations: map[string]int{fieldInstances: 1},
 		},
 		{
 			name: "functions past the bound are not applied",
-			report: &skipperv1.Report{Time: timestamppb.New(now), Functions: many(maxReportFunctions+1, func(i int) *skipperv1.FunctionReport {
-				if i < maxReportFunctions {
-					return &skipperv1.FunctionReport{Function: ref("default", "f")}
-				}
-				return hello(nil)
-			})},
-			want: wireReport{Sent: now, Functions: func() []wireFunction {
-				out := make([]wireFunction, maxReportFunctions)
-				for i := range out {
-					out[i] = wireFunction{Key: "default/f"}
-				}
-				return out
-			}()},
+			report: &skipperv1.Report{Time: timestamppb.New(now), Functions: append(
+				slices.Repeat([]*skipperv1.FunctionReport{{Function: ref("default", "f")}}, maxReportFunctions), hello(nil))},
+			want:       wireReport{Sent: now, Functions: slices.Repeat([]wireFunction{{Key: "default/f"}}, maxReportFunctions)},
 			violations: map[string]int{fieldFunctions: 1},
 		},
 	}
@@ -184,9 +174,7 @@ func TestCheckReport(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("checkReport (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.violations, violated(v)); diff != "" {
-				t.Errorf("violations (-want +got):\n%s\n%s", diff, v)
-			}
+			wantViolations(t, tt.violations, v)
 		})
 	}
 }
@@ -229,21 +217,9 @@ func TestCheckHello(t *testing.T) {
 			violations: map[string]int{fieldFunction: 3},
 		},
 		{
-			name: "subscriptions past the bound are not applied",
-			hello: &skipperv1.Hello{Router: router, Subscriptions: func() []*skipperv1.Subscription {
-				out := make([]*skipperv1.Subscription, maxSubscriptions+3)
-				for i := range out {
-					out[i] = sub("default", "a", 1)
-				}
-				return out
-			}()},
-			want: func() []wireSub {
-				out := make([]wireSub, maxSubscriptions)
-				for i := range out {
-					out[i] = wireSub{Key: "default/a", Generation: 1}
-				}
-				return out
-			}(),
+			name:       "subscriptions past the bound are not applied",
+			hello:      &skipperv1.Hello{Router: router, Subscriptions: slices.Repeat([]*skipperv1.Subscription{sub("default", "a", 1)}, maxSubscriptions+3)},
+			want:       slices.Repeat([]wireSub{{Key: "default/a", Generation: 1}}, maxSubscriptions),
 			violations: map[string]int{fieldSubscriptions: 1},
 		},
 	}
@@ -259,9 +235,7 @@ func TestCheckHello(t *testing.T) {
 			if diff := cmp.Diff(tt.want, got, cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("subscriptions (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tt.violations, violated(v)); diff != "" {
-				t.Errorf("violations (-want +got):\n%s\n%s", diff, v)
-			}
+			wantViolations(t, tt.violations, v)
 		})
 	}
 }
@@ -302,9 +276,7 @@ func TestCheckUnaryRequests(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if diff := cmp.Diff(tt.violations, violated(tt.v)); diff != "" {
-				t.Errorf("violations (-want +got):\n%s\n%s", diff, tt.v)
-			}
+			wantViolations(t, tt.violations, tt.v)
 			err := tt.v.err("Call")
 			if (err != nil) != (len(tt.violations) > 0) {
 				t.Fatalf("err = %v, want one iff there are violations", err)
@@ -378,32 +350,6 @@ func TestRouterStreamLogsEachFieldOnceAndStaysBounded(t *testing.T) {
 	}
 }
 
-// openStream connects a router with identity id to r and returns the
-// stream after the Welcome.
-func openStream(t *testing.T, r *replica, id *skipperv1.RouterIdentity) skipperv1.Controller_ConnectClient {
-	t.Helper()
-	ctx, cancel := context.WithCancel(t.Context())
-	t.Cleanup(cancel)
-	stream, err := r.client.Connect(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := stream.Recv(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // drain updates until the stream ends
-		for {
-			if _, err := stream.Recv(); err != nil {
-				return
-			}
-		}
-	}()
-	return stream
-}
-
 func sendReport(t *testing.T, s skipperv1.Controller_ConnectClient, r *skipperv1.Report) {
 	t.Helper()
 	if err := s.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Report{Report: r}}); err != nil {
@@ -430,7 +376,7 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 		c.ScaleInterval, c.ReportInterval, c.HeartbeatTimeout = 20*time.Millisecond, 50*time.Millisecond, 2*time.Second
 	})
 	id := &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i1"}
-	s1 := openStream(t, r, id)
+	s1 := connectRouterAs(t, r, id).stream
 	future := timestamppb.New(time.Now().Add(365 * 24 * time.Hour))
 	sendReport(t, s1, &skipperv1.Report{Sequence: 1, Time: future, Functions: []*skipperv1.FunctionReport{{
 		Function: ref("default", "hello"), InFlight: math.MaxUint32, Queued: math.MaxUint32, RequestsTotal: math.MaxUint64,
@@ -474,7 +420,7 @@ func TestHugeReportChangesNoScaleDecision(t *testing.T) {
 	// The router restarts (same pod, new incarnation, an honest clock):
 	// had the year-ahead timestamp been applied, this would look older
 	// than the last report and be ignored.
-	s2 := openStream(t, r, &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i2"})
+	s2 := connectRouterAs(t, r, &skipperv1.RouterIdentity{Node: "node-1", Pod: "skipper-system/router-a", Incarnation: "i2"}).stream
 	seq := uint64(0)
 	poll.Until(t, pollTimeout, 20*time.Millisecond, "the new incarnation's load scales the function", func(context.Context) error {
 		seq++

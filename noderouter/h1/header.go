@@ -208,6 +208,23 @@ func (h *Header) AppendValues(dst []byte, name, sep string) []byte {
 	return dst
 }
 
+// readHead reads a whole head into h, its buffer emptied first: the start
+// line, which parseLine parses as h.buf[:end] (its content, without the line
+// ending), then the field lines up to and including the blank line. A
+// request and a response head differ only in their start line. Like
+// readLine it returns io.EOF, unwrapped, when br ends before the first byte.
+func (h *Header) readHead(br *bufio.Reader, max int, parseLine func(end int) error) error {
+	h.reset()
+	start, err := h.readLine(br, max, true)
+	if err != nil {
+		return err
+	}
+	if err := parseLine(h.lineEnd(start)); err != nil {
+		return err
+	}
+	return h.readFields(br, max)
+}
+
 // readLine appends the next line of br, up to and including its LF, to
 // h.buf and returns its start offset. The section may grow to max bytes.
 // A line cut short by EOF is io.ErrUnexpectedEOF, or io.EOF when
@@ -380,8 +397,9 @@ func equalFoldBytes(a, b []byte) bool {
 	return true
 }
 
-// tchar (RFC 9110 §5.6.2).
-var tchar = func() (t [256]bool) {
+// alnumAnd returns the byte set of ASCII letters and digits and the
+// bytes of extra: the shape of both tchar and a host's bytes.
+func alnumAnd(extra string) (t [256]bool) {
 	for c := '0'; c <= '9'; c++ {
 		t[c] = true
 	}
@@ -389,11 +407,14 @@ var tchar = func() (t [256]bool) {
 		t[c] = true
 		t[c-'a'+'A'] = true
 	}
-	for _, c := range "!#$%&'*+-.^_`|~" {
+	for _, c := range extra {
 		t[c] = true
 	}
 	return t
-}()
+}
+
+// tchar (RFC 9110 §5.6.2).
+var tchar = alnumAnd("!#$%&'*+-.^_`|~")
 
 func isTchar(c byte) bool { return tchar[c] }
 
@@ -418,16 +439,4 @@ var validValueByte = func() (t [256]bool) {
 }()
 
 // validHostByte is httpguts.ValidHostHeader's set.
-var validHostByte = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	for _, c := range "!$%&()*+,-.:;=[']_~" {
-		t[c] = true
-	}
-	return t
-}()
+var validHostByte = alnumAnd("!$%&()*+,-.:;=[']_~")

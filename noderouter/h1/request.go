@@ -41,15 +41,7 @@ type Request struct {
 // package's sentinels otherwise (see Status).
 func (r *Request) Read(br *bufio.Reader, max int) error {
 	*r = Request{Header: r.Header}
-	r.reset()
-	start, err := r.readLine(br, max, true)
-	if err != nil {
-		return err
-	}
-	if err := r.parseLine(r.lineEnd(start)); err != nil {
-		return err
-	}
-	if err := r.readFields(br, max); err != nil {
+	if err := r.readHead(br, max, r.parseLine); err != nil {
 		return err
 	}
 	return r.check()

@@ -30,15 +30,7 @@ type Response struct {
 // which a forwarder may treat as "nothing was processed" for retries.
 func (r *Response) Read(br *bufio.Reader, max int, forHEAD bool) error {
 	*r = Response{Header: r.Header}
-	r.reset()
-	start, err := r.readLine(br, max, true)
-	if err != nil {
-		return err
-	}
-	if err := r.parseLine(r.lineEnd(start)); err != nil {
-		return err
-	}
-	if err := r.readFields(br, max); err != nil {
+	if err := r.readHead(br, max, r.parseLine); err != nil {
 		return err
 	}
 	l, err := readLengths(&r.Header, r.minor)

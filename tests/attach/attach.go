@@ -2,6 +2,7 @@ package attach
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -51,27 +52,27 @@ func OrStart(root string, upTimeout time.Duration) (func(), error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("%s missing: run make build kube containerd crictl image first (make e2e does): %w", bin, err)
 	}
-	cmd := exec.Command(bin, "up")
+	ctx, cancel := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(ctx, bin, "up")
+	// stop (below) cancels ctx: SIGTERM asks the cluster to go down, and
+	// it is killed if it is not down within two minutes.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 2 * time.Minute
 	cmd.Dir = root
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
+		cancel()
 		return nil, err
 	}
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
+		cancel()
 		return nil, fmt.Errorf("start %s up: %w", bin, err)
 	}
 	stop := func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(2 * time.Minute):
-			_ = cmd.Process.Kill()
-			<-done
-		}
+		cancel()
+		_ = cmd.Wait()
 	}
 	ready := make(chan error, 1)
 	go func() {

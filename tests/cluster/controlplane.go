@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -80,13 +81,7 @@ func (c *Config) apiserverSpec() ProcSpec {
 func (c *Config) kcmSpec() ProcSpec {
 	p := PKI{Dir: c.State.PKI()}
 	kc := p.Kubeconfig("kube-controller-manager")
-	return ProcSpec{Name: "kube-controller-manager", Path: c.kube("kube-controller-manager"), Args: []string{
-		"--kubeconfig=" + kc,
-		"--authentication-kubeconfig=" + kc,
-		"--authorization-kubeconfig=" + kc,
-		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(kcmPort),
-		"--leader-elect=false",
+	return ProcSpec{Name: "kube-controller-manager", Path: c.kube("kube-controller-manager"), Args: slices.Concat(componentArgs(kc, kcmPort), []string{
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file=" + p.Path("sa.key"),
 		"--root-ca-file=" + p.Path("ca.crt"),
@@ -96,20 +91,27 @@ func (c *Config) kcmSpec() ProcSpec {
 		"--allocate-node-cidrs=false", // each node's CNI config (host-local) holds its pod CIDR; no Node has spec.podCIDR
 		"--service-cluster-ip-range=" + c.Topology.ServiceCIDR.String(),
 		"--profiling=false",
-	}}
+	})}
 }
 
 func (c *Config) schedulerSpec() ProcSpec {
 	kc := PKI{Dir: c.State.PKI()}.Kubeconfig("kube-scheduler")
-	return ProcSpec{Name: "kube-scheduler", Path: c.kube("kube-scheduler"), Args: []string{
+	return ProcSpec{Name: "kube-scheduler", Path: c.kube("kube-scheduler"), Args: append(componentArgs(kc, schedulerPort), "--profiling=false")}
+}
+
+// componentArgs are kube-controller-manager's and kube-scheduler's flags:
+// kc for the API server and for checking the callers of their secure port,
+// served on loopback at port, no leader election (the cluster runs one of
+// each).
+func componentArgs(kc string, port int) []string {
+	return []string{
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
 		"--authorization-kubeconfig=" + kc,
 		"--bind-address=127.0.0.1",
-		"--secure-port=" + strconv.Itoa(schedulerPort),
+		"--secure-port=" + strconv.Itoa(port),
 		"--leader-elect=false",
-		"--profiling=false",
-	}}
+	}
 }
 
 // kubeProxySpec runs node n's kube-proxy in the node's namespace, so its

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -187,15 +186,11 @@ func (c *nodeChild) stop(grace time.Duration) {
 }
 
 func startNodeDaemon(r *reaper, d NodeDaemon, logPath string) (*nodeChild, error) {
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd, logf, err := loggedCommand(d.Name, logPath, "skipper-cluster node starting", d.Path, d.Args, d.Env)
 	if err != nil {
-		return nil, fmt.Errorf("log for %s: %w", d.Name, err)
+		return nil, err
 	}
 	defer logf.Close() // the child holds its own copy
-	fmt.Fprintf(logf, "==== %s skipper-cluster node starting %s %s\n", time.Now().UTC().Format(time.RFC3339), d.Path, strings.Join(d.Args, " "))
-	cmd := exec.Command(d.Path, d.Args...)
-	cmd.Env = d.Env
-	cmd.Stdout, cmd.Stderr = logf, logf
 	// A process group of its own: the cluster signals the node process's
 	// group on stop (Proc.stop), and the node process, not that signal,
 	// orders the daemons' stops (the kubelet, its pods, then containerd).

@@ -49,6 +49,22 @@ func (p *Proc) Done() <-chan struct{} { return p.done }
 // Err is the exit error once Done is closed.
 func (p *Proc) Err() error { return p.err }
 
+// loggedCommand returns the command that runs path with args and env, its
+// stdout and stderr appended to logPath after a line that says what starts
+// (what, e.g. "skipper-cluster starting") and how. The caller closes the
+// returned log once the child started: the child holds its own copy.
+func loggedCommand(name, logPath, what, path string, args, env []string) (*exec.Cmd, *os.File, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, fmt.Errorf("log for %s: %w", name, err)
+	}
+	fmt.Fprintf(logf, "==== %s %s %s %s\n", time.Now().UTC().Format(time.RFC3339), what, path, strings.Join(args, " "))
+	cmd := exec.Command(path, args...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	return cmd, logf, nil
+}
+
 // startProc starts spec in its own process group, killed with SIGKILL if
 // this process dies, with stdout and stderr appended to its log, and writes
 // its pid file.
@@ -57,16 +73,11 @@ func (s State) startProc(spec ProcSpec) (*Proc, error) {
 	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
 		return nil, fmt.Errorf("log dir: %w", err)
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	cmd, logf, err := loggedCommand(spec.Name, logPath, "skipper-cluster starting", spec.Path, spec.Args, spec.Env)
 	if err != nil {
-		return nil, fmt.Errorf("log for %s: %w", spec.Name, err)
+		return nil, err
 	}
 	defer logf.Close() // the child holds its own copy
-	fmt.Fprintf(logf, "==== %s skipper-cluster starting %s %s\n", time.Now().UTC().Format(time.RFC3339), spec.Path, strings.Join(spec.Args, " "))
-
-	cmd := exec.Command(spec.Path, spec.Args...)
-	cmd.Env = spec.Env
-	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if spec.NewMountNS {
 		cmd.SysProcAttr.Cloneflags = syscall.CLONE_NEWNS

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"syscall"
 	"testing"
@@ -25,13 +24,7 @@ func TestKillOwnerControllerMidLoad(t *testing.T) {
 	})
 	ref := "default/" + fn
 	firstCall(t, ref)
-	var owner string
-	poll.Until(t, 10*time.Second, 200*time.Millisecond, "an owner in the Function's status", func(context.Context) error {
-		if owner, _ = functionStatus(t, fn)["owner"].(string); owner == "" {
-			return errors.New("no owner")
-		}
-		return nil
-	})
+	owner := functionOwner(t, fn)
 
 	// Two callers, a request in flight each: two instances.
 	stop := make(chan struct{})

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -296,17 +295,7 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	createFunction(t, fn, map[string]any{"scaling": map[string]any{"targetInFlight": int64(1)}, "idleTimeout": "5m"})
 	ref := "default/" + fn
 	firstCall(t, ref)
-	var owner string
-	poll.Until(t, 10*time.Second, 200*time.Millisecond, "an owner in the Function's status", func(context.Context) error {
-		if owner, _ = functionStatus(t, fn)["owner"].(string); owner == "" {
-			return errors.New("no owner")
-		}
-		return nil
-	})
-	pod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("owner pod %s: %v", owner, err)
-	}
+	pod := functionOwnerPod(t, fn)
 	violations := func() float64 {
 		var n float64
 		for _, u := range controllerMetricsURLs(t) {
@@ -328,7 +317,7 @@ func TestForgedReportChangesNoScale(t *testing.T) {
 	real := routers.Items[0]
 	stream, err := controllerClient(t, pod, podToken(t, &real)).Connect(t.Context())
 	if err != nil {
-		t.Fatalf("connect to the owner %s: %v", owner, err)
+		t.Fatalf("connect to the owner %s: %v", pod.Name, err)
 	}
 	id := &skipperv1.RouterIdentity{Node: real.Spec.NodeName, Pod: "skipper-system/" + real.Name, Incarnation: "forged-1"}
 	if err := stream.Send(&skipperv1.RouterMessage{Message: &skipperv1.RouterMessage_Hello{Hello: &skipperv1.Hello{Router: id}}}); err != nil {

@@ -101,9 +101,9 @@ func wantCode(t *testing.T, what string, err error, code codes.Code, want string
 	}
 }
 
-// functionOwnerPod is the controller pod that owns Function default/fn,
-// once its status names one.
-func functionOwnerPod(t *testing.T, fn string) *corev1.Pod {
+// functionOwner is the name of the controller pod that owns Function
+// default/fn, once its status names one.
+func functionOwner(t *testing.T, fn string) string {
 	t.Helper()
 	var owner string
 	poll.Until(t, 10*time.Second, 200*time.Millisecond, "an owner in the Function's status", func(context.Context) error {
@@ -112,6 +112,14 @@ func functionOwnerPod(t *testing.T, fn string) *corev1.Pod {
 		}
 		return nil
 	})
+	return owner
+}
+
+// functionOwnerPod is the controller pod that owns Function default/fn,
+// once its status names one.
+func functionOwnerPod(t *testing.T, fn string) *corev1.Pod {
+	t.Helper()
+	owner := functionOwner(t, fn)
 	pod, err := env.kube.CoreV1().Pods("skipper-system").Get(t.Context(), owner, metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("owner pod %s: %v", owner, err)

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"io"
 	"net/http"
 	"os"
@@ -21,30 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"skipper.dev/skipper/controller/flagenv"
+	"skipper.dev/skipper/tests/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite testdata/*.golden")
-
-// golden compares got with testdata/<file>; -update rewrites it first.
-func golden(t *testing.T, file string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", file)
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (go test -run %s -update)", err, t.Name())
-	}
-	if diff := cmp.Diff(string(want), string(got)); diff != "" {
-		t.Errorf("%s (-want +got; refresh with go test -run %s -update):\n%s", path, t.Name(), diff)
-	}
-}
 
 func TestHelpGolden(t *testing.T) {
 	for _, tc := range []struct {
@@ -60,7 +37,7 @@ func TestHelpGolden(t *testing.T) {
 			if err := Run(t.Context(), tc.args, flagenv.Map(nil), &out); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.name, out.Bytes())
+			golden.Check(t, tc.name, out.Bytes())
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"go.etcd.io/etcd/server/v3/etcdmain"
 	"k8s.io/component-base/cli"
@@ -29,27 +30,24 @@ func main() {
 	if !known(name) && len(os.Args) > 1 && known(os.Args[1]) {
 		name, args = os.Args[1], os.Args[1:]
 	}
+	// The components read their flags from os.Args (cobra's default), so
+	// it is set to what they would see invoked by their own name.
+	os.Args = args
 	switch name {
 	case "etcd":
 		etcdmain.Main(args)
 		return
 	case "kube-apiserver":
-		os.Args = args
 		os.Exit(cli.Run(apiserver.NewAPIServerCommand()))
 	case "kube-controller-manager":
-		os.Args = args
 		os.Exit(cli.Run(controllermanager.NewControllerManagerCommand()))
 	case "kube-scheduler":
-		os.Args = args
 		os.Exit(cli.Run(scheduler.NewSchedulerCommand()))
 	case "kube-proxy":
-		os.Args = args
 		os.Exit(cli.Run(proxy.NewProxyCommand()))
 	case "kubelet":
-		os.Args = args
 		os.Exit(cli.Run(kubelet.NewKubeletCommand(context.Background())))
 	case "kubectl":
-		os.Args = args
 		if err := cli.RunNoErrOutput(kubectl.NewDefaultKubectlCommand()); err != nil {
 			// kubectl has printed the error; keep its exit code convention.
 			os.Exit(1)
@@ -60,11 +58,4 @@ func main() {
 	os.Exit(2)
 }
 
-func known(name string) bool {
-	for _, c := range components {
-		if c == name {
-			return true
-		}
-	}
-	return false
-}
+func known(name string) bool { return slices.Contains(components, name) }

@@ -299,6 +299,22 @@ func control(r *http.Request, query, header string) string {
 	return r.Header.Get(header)
 }
 
+// durationControl reads the duration knob query (or header), at most
+// MaxSleep; zero when it is not set. A malformed one is answered with 400
+// bad_<query>, and ok is false.
+func (s *Server) durationControl(w http.ResponseWriter, r *http.Request, query, header string) (d time.Duration, ok bool) {
+	v := control(r, query, header)
+	if v == "" {
+		return 0, true
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		writeError(w, http.StatusBadRequest, "bad_"+query, fmt.Sprintf("%s %q: want a non-negative duration such as 250ms", query, v))
+		return 0, false
+	}
+	return min(d, s.cfg.MaxSleep), true
+}
+
 func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 	seen := s.see(r.URL.Path)
 	if a := s.assignment(); a != nil && !a.Request.Callers.Allows(r.Header.Get(assign.HeaderCaller)) {
@@ -332,14 +348,12 @@ func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 		}
 		status = n
 	}
-	if v := control(r, "sleep", "X-Echo-Sleep"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, "bad_sleep", fmt.Sprintf("sleep %q: want a non-negative duration such as 250ms", v))
-			return
-		}
-		d = min(d, s.cfg.MaxSleep)
-		t := time.NewTimer(d)
+	sleep, ok := s.durationControl(w, r, "sleep", "X-Echo-Sleep")
+	if !ok {
+		return
+	}
+	if sleep > 0 {
+		t := time.NewTimer(sleep)
 		select {
 		case <-t.C:
 		case <-r.Context().Done():
@@ -353,14 +367,9 @@ func (s *Server) handleEcho(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	cut := on(control(r, "cut", "X-Echo-Cut"))
-	var stall time.Duration
-	if v := control(r, "stall", "X-Echo-Stall"); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			writeError(w, http.StatusBadRequest, "bad_stall", fmt.Sprintf("stall %q: want a non-negative duration such as 250ms", v))
-			return
-		}
-		stall = min(d, s.cfg.MaxSleep)
+	stall, ok := s.durationControl(w, r, "stall", "X-Echo-Stall")
+	if !ok {
+		return
 	}
 
 	resp := Response{
