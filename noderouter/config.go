@@ -11,6 +11,7 @@ import (
 	"skipper.dev/skipper/bpf"
 	"skipper.dev/skipper/internal/loglevel"
 	"skipper.dev/skipper/noderouter/dataplane"
+	"skipper.dev/skipper/noderouter/route"
 )
 
 // Modes the router runs in.
@@ -220,7 +221,7 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("--controller-addresses: %q: %w", a, err))
 		}
 	}
-	if c.ControllerTLSServerName != "" && !isDNSName(c.ControllerTLSServerName) {
+	if c.ControllerTLSServerName != "" && !route.IsDNSName(c.ControllerTLSServerName) {
 		errs = append(errs, fmt.Errorf("--controller-tls-server-name %q is not a DNS name", c.ControllerTLSServerName))
 	}
 	pos := func(d time.Duration, flag string) {

@@ -283,9 +283,13 @@ func TestHostAddressing(t *testing.T) {
 	fake.handle("team-a/hello", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
 	h := startRouter(t, fake, func(c *Config) { c.DefaultNamespace = "team-a" })
 
-	r := h.do(t, "GET", "/", map[string]string{"Host": "hello.team-a.fn:8380"}, "")
-	if got := decodeEcho(t, r); r.status != 200 || got.Host != "hello.team-a.fn:8380" {
-		t.Fatalf("by host: %d, host %q", r.status, got.Host)
+	// The .fn form, and the names of the Function's own Service (an
+	// ExternalName of the router's), as a caller's client sends them.
+	for _, host := range []string{"hello.team-a.fn:8380", "hello.team-a", "hello.team-a.svc", "hello.team-a.svc.cluster.local", "HELLO.team-a.svc.cluster.local.:80"} {
+		r := h.do(t, "GET", "/", map[string]string{"Host": host}, "")
+		if got := decodeEcho(t, r); r.status != 200 || got.Host != host {
+			t.Fatalf("by host %q: %d, host %q", host, r.status, got.Host)
+		}
 	}
 	if r := h.call(t, "hello"); r.status != 200 {
 		t.Fatalf("bare name with default namespace: %d %s", r.status, r.body)
@@ -319,7 +323,7 @@ func TestErrors(t *testing.T) {
 		retryAfter bool
 	}{
 		{"missing", nil, 400, dataplane.ReasonMissingFunction, false},
-		{"host not a function", map[string]string{"Host": "example.com"}, 400, dataplane.ReasonMissingFunction, false},
+		{"host not a function", map[string]string{"Host": "www.example.com"}, 400, dataplane.ReasonMissingFunction, false},
 		{"malformed header", map[string]string{"X-Skipper-Function": "Default/Echo"}, 400, dataplane.ReasonMalformedFunction, false},
 		{"bare name without default namespace", map[string]string{"X-Skipper-Function": "echo"}, 400, dataplane.ReasonMalformedFunction, false},
 		{"malformed host", map[string]string{"Host": "a.b.c.fn"}, 400, dataplane.ReasonMalformedFunction, false},

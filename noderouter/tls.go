@@ -2,12 +2,10 @@ package noderouter
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"skipper.dev/skipper/noderouter/route"
 	"skipper.dev/skipper/proto/skipperv1/tlsfiles"
 )
 
@@ -66,17 +64,4 @@ func (c Config) controllerServerName() string {
 		return c.ControllerTLSServerName
 	}
 	return c.ControllerService + "." + c.ControllerNamespace + ".svc"
-}
-
-// isDNSName reports whether s is a DNS name of labels (RFC 1123).
-func isDNSName(s string) bool {
-	if len(s) > 253 {
-		return false
-	}
-	for l := range strings.SplitSeq(s, ".") {
-		if !route.IsDNSLabel(l) {
-			return false
-		}
-	}
-	return true
 }

@@ -15,6 +15,10 @@ type Options struct {
 	// DefaultNamespace lets `x-skipper-function: <name>` name a function in
 	// this namespace; empty requires <namespace>/<name>.
 	DefaultNamespace string
+	// ClusterDomain is the cluster's DNS domain: a Host of
+	// <name>.<namespace>.svc.<ClusterDomain> names that function (the
+	// Function's own Service; route.Hosts). Empty: that form names none.
+	ClusterDomain string
 
 	// ColdStartTimeout bounds a GetInstance call on a cache miss.
 	ColdStartTimeout time.Duration
@@ -66,6 +70,7 @@ type Options struct {
 // DefaultOptions returns the defaults.
 func DefaultOptions() Options {
 	return Options{
+		ClusterDomain:       "cluster.local",
 		ColdStartTimeout:    10 * time.Second,
 		RequestTimeout:      5 * time.Minute,
 		DialTimeout:         2 * time.Second,
@@ -87,6 +92,9 @@ func (o Options) Validate() []error {
 	var errs []error
 	if o.DefaultNamespace != "" && !route.IsDNSLabel(o.DefaultNamespace) {
 		errs = append(errs, fmt.Errorf("--default-namespace %q is not a DNS label", o.DefaultNamespace))
+	}
+	if o.ClusterDomain != "" && !route.IsDNSName(o.ClusterDomain) {
+		errs = append(errs, fmt.Errorf("--cluster-domain %q is not a lower-case DNS name without a trailing dot", o.ClusterDomain))
 	}
 	pos := func(d time.Duration, flag string) {
 		if d <= 0 {

@@ -111,6 +111,7 @@ type Proxy struct {
 	// identify tells who holds a caller's address (spec.callers).
 	identify         Identifier
 	defaultNamespace string
+	hosts            route.Hosts
 	requestTimeout   time.Duration
 	maxAttempts      int
 	backoffBase      time.Duration
@@ -144,6 +145,7 @@ func New(cfg Options, log *slog.Logger, m *Metrics, cache *route.Cache, negative
 		resolver:         res,
 		identify:         unknownCaller,
 		defaultNamespace: cfg.DefaultNamespace,
+		hosts:            route.NewHosts(cfg.ClusterDomain),
 		requestTimeout:   cfg.RequestTimeout,
 		maxAttempts:      cfg.MaxAttempts,
 		backoffBase:      cfg.RetryBackoffBase,
@@ -170,7 +172,7 @@ func (p *Proxy) parseName(fh, host string) (route.Ref, error) {
 	if fh != "" {
 		return route.ParseHeader(fh, p.defaultNamespace)
 	}
-	ref, ok, err := route.ParseHost(host)
+	ref, ok, err := p.hosts.Parse(host)
 	if !ok {
 		return route.Ref{}, route.ErrNoFunction
 	}

@@ -3,9 +3,11 @@
 // which instance takes the request. It does no I/O and reads no clock.
 //
 // Names: ParseHeader (`x-skipper-function: <namespace>/<name>`, or a bare
-// name given a default namespace) and ParseHost (`<name>.<namespace>.fn`)
+// name given a default namespace) and Hosts.Parse (`<name>.<namespace>.fn`,
+// and the names of the Function's own Service: `<name>.<namespace>`,
+// `<name>.<namespace>.svc`, `<name>.<namespace>.svc.<cluster domain>`)
 // return a Ref of DNS labels whose strings are substrings of the input:
-// no allocation (ParseHost folds an upper-case host, ASCII only).
+// no allocation (Hosts.Parse folds an upper-case host, ASCII only).
 //
 // Cache: one Entry per resolved function, holding an immutable *Assignment
 // (generation, instance set, config) swapped atomically; nil means the

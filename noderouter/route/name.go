@@ -47,10 +47,33 @@ func ParseHeader(v, defaultNamespace string) (Ref, error) {
 	return r, nil
 }
 
-// ParseHost parses a Host header of the form <name>.<namespace>.fn, with an
-// optional :port and trailing dot. ok is false when host does not end in
-// ".fn" (it names no function); err is set when it does but is malformed.
-func ParseHost(host string) (r Ref, ok bool, err error) {
+// Hosts tells which function a request's Host names. Four forms do:
+// <name>.<namespace>.fn, and the names of a Function's own Service (an
+// ExternalName Service of the Function's name, naming the router's):
+// <name>.<namespace>, <name>.<namespace>.svc and
+// <name>.<namespace>.svc.<cluster domain>. Each may carry a numeric :port
+// and a trailing dot, in any ASCII case. The zero Hosts knows no cluster
+// domain: the last form names nothing. In namespaces named fn or svc the
+// short form reads as one of the others: use a longer one.
+type Hosts struct {
+	svcDomain string // ".svc." + the cluster domain; "" when none
+}
+
+// NewHosts returns the Hosts of a cluster whose DNS domain is
+// clusterDomain (cluster.local, say; "" for none), a lower-case DNS name
+// without a trailing dot.
+func NewHosts(clusterDomain string) Hosts {
+	if clusterDomain == "" {
+		return Hosts{}
+	}
+	return Hosts{svcDomain: ".svc." + clusterDomain}
+}
+
+// Parse returns the function host names. ok is false when host names none
+// (another host, an IP); err is set when host has a function's suffix
+// (.fn, .svc, .svc.<cluster domain>) without being <name>.<namespace>
+// of DNS labels before it. It allocates only to fold an upper-case host.
+func (hs Hosts) Parse(host string) (r Ref, ok bool, err error) {
 	h := host
 	// Only a numeric port is cut off: "echo.default.fn:\xad" is not a
 	// function host with a port (FuzzParseHost).
@@ -63,16 +86,22 @@ func ParseHost(host string) (r Ref, ok bool, err error) {
 		// made "\u212aecho.default.FN" name default/kecho (FuzzParseHost).
 		h = asciiLower(h)
 	}
-	if len(h) < len(HostSuffix) || !strings.EqualFold(h[len(h)-len(HostSuffix):], HostSuffix) {
-		return Ref{}, false, nil
+	suffix := ""
+	for _, s := range [...]string{HostSuffix, ".svc", hs.svcDomain} {
+		if s != "" && strings.HasSuffix(h, s) {
+			suffix = s
+			break
+		}
 	}
-	h = h[:len(h)-len(HostSuffix)]
-	name, ns, found := strings.Cut(h, ".")
+	name, ns, found := strings.Cut(h[:len(h)-len(suffix)], ".")
 	r = Ref{Namespace: ns, Name: name}
-	if !found || !IsDNSLabel(r.Namespace) || !IsDNSLabel(r.Name) {
-		return Ref{}, true, fmt.Errorf("%w: host %q: want <name>.<namespace>.fn with DNS labels", ErrMalformed, host)
+	if found && IsDNSLabel(r.Namespace) && IsDNSLabel(r.Name) {
+		return r, true, nil
 	}
-	return r, true, nil
+	if suffix == "" {
+		return Ref{}, false, nil // not <name>.<namespace>: some other host
+	}
+	return Ref{}, true, fmt.Errorf("%w: host %q: want <name>.<namespace>%s with DNS labels", ErrMalformed, host, suffix)
 }
 
 // IsDNSLabel reports whether s is an RFC 1123 label: 1–63 of [a-z0-9-],
@@ -88,6 +117,20 @@ func IsDNSLabel(s string) bool {
 		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
 		case c == '-' && i > 0 && i < len(s)-1:
 		default:
+			return false
+		}
+	}
+	return true
+}
+
+// IsDNSName reports whether s is a DNS name of RFC 1123 labels (IsDNSLabel)
+// joined by dots, at most 253 bytes, without a trailing dot.
+func IsDNSName(s string) bool {
+	if len(s) > 253 {
+		return false
+	}
+	for l := range strings.SplitSeq(s, ".") {
+		if !IsDNSLabel(l) {
 			return false
 		}
 	}
