@@ -38,6 +38,14 @@ type Config struct {
 	// ControllerService is the headless Service whose ready endpoints are the
 	// ring members.
 	ControllerService string
+	// RouterService is the routers' Service in PodNamespace: each Function
+	// gets an ExternalName Service of its own name naming it, so callers
+	// reach a function as http://<name>.<namespace>.svc (service.go).
+	// Empty: no Services.
+	RouterService string
+	// ClusterDomain is the cluster's DNS domain, the end of the name an
+	// ExternalName Service gives (<RouterService>.<PodNamespace>.svc.<domain>).
+	ClusterDomain string
 	// AssignTimeout bounds one POST to an instance's assign endpoint.
 	AssignTimeout time.Duration
 	// AssignKeyInterval is how often Secret skipper-assign-key is read
@@ -134,6 +142,8 @@ func DefaultConfig() Config {
 		GRPCListen:             ":9090",
 		HTTPListen:             ":9091",
 		ControllerService:      "skipper-controller",
+		RouterService:          "skipper",
+		ClusterDomain:          "cluster.local",
 		AssignTimeout:          5 * time.Second,
 		AssignKeyInterval:      30 * time.Second,
 		ClaimTimeout:           10 * time.Second,
@@ -198,6 +208,8 @@ func ParseConfig(args []string, getenv func(string) (string, bool), out io.Write
 	fs.StringVar(&c.PodIP, "pod-ip", "", "this replica's pod `IP`, used to derive --advertise-address")
 	fs.StringVar(&c.AdvertiseAddress, "advertise-address", "", "this replica's `ip:port` on the ring, as listed in the controller Service's EndpointSlices; empty: --pod-ip with the --grpc-listen port")
 	fs.StringVar(&c.ControllerService, "controller-service", c.ControllerService, "headless Service `name` in --pod-namespace whose ready endpoints are the ring members")
+	fs.StringVar(&c.RouterService, "router-service", c.RouterService, "the routers' Service `name` in --pod-namespace: every Function gets an ExternalName Service of its own name naming it, so callers reach it as http://<name>.<namespace>.svc; empty: no Services")
+	fs.StringVar(&c.ClusterDomain, "cluster-domain", c.ClusterDomain, "the cluster's DNS `domain`: the Functions' ExternalName Services name <router-service>.<pod-namespace>.svc.<domain>")
 	fs.DurationVar(&c.AssignTimeout, "assign-timeout", c.AssignTimeout, "`duration` bounding one POST to an instance's /__skipper/assign")
 	fs.DurationVar(&c.AssignKeyInterval, "assign-key-interval", c.AssignKeyInterval, "`duration` between two reads of Secret skipper-assign-key, so a rotated assign key is signed with and published without a restart")
 	fs.DurationVar(&c.ClaimTimeout, "claim-timeout", c.ClaimTimeout, "longest `duration` GetInstance waits for a pool pod to become Ready before answering ResourceExhausted")
@@ -311,6 +323,14 @@ func (c Config) Validate() error {
 		}
 	} else if c.PodIP == "" {
 		add("--advertise-address: required when --pod-ip (POD_IP) is not set")
+	}
+	if c.RouterService != "" {
+		if msgs := validation.IsDNS1035Label(c.RouterService); len(msgs) > 0 {
+			add("--router-service %q: %s", c.RouterService, strings.Join(msgs, "; "))
+		}
+	}
+	if msgs := validation.IsDNS1123Subdomain(c.ClusterDomain); len(msgs) > 0 {
+		add("--cluster-domain %q: %s", c.ClusterDomain, strings.Join(msgs, "; "))
 	}
 	if msgs := validation.IsDNS1123Label(c.ControllerService); len(msgs) > 0 {
 		add("--controller-service %q: %s", c.ControllerService, strings.Join(msgs, "; "))

@@ -51,6 +51,11 @@ type controller struct {
 	// functions changed; poolQueue holds pool keys ("namespace/pool")
 	// whose autoscaled replicas need deciding.
 	nsQueue, fnQueue, ringQueue, poolQueue workqueue.TypedRateLimitingInterface[string]
+	// svcQueue holds function keys whose own Service needs keeping
+	// (service.go); svcStates what the last sync found, by function key,
+	// under mu.
+	svcQueue  workqueue.TypedRateLimitingInterface[string]
+	svcStates map[string]serviceState
 
 	pools poolStats // claims and pod starts per pool, for the pool autoscaler
 
@@ -163,6 +168,9 @@ func newController(cfg Config, self string, log *slog.Logger, cl clients, key as
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "ring"}),
 		poolQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "pools"}),
+		svcQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "services"}),
+		svcStates:  map[string]serviceState{},
 		claimSlots: make(chan struct{}, cfg.MaxParallelClaims),
 		fns:        map[string]*fnState{},
 		sups:       map[string]*supervisor{},
@@ -194,6 +202,11 @@ func (c *controller) addHandlers() {
 		_, _ = s.configMaps.AddEventHandler(eventHandler(func(obj any) {
 			if cm, ok := obj.(*corev1.ConfigMap); ok {
 				c.nsQueue.Add(cm.Namespace)
+			}
+		}))
+		_, _ = s.services.AddEventHandler(eventHandler(func(obj any) {
+			if svc, ok := obj.(*corev1.Service); ok {
+				c.svcQueue.Add(svc.Namespace + "/" + svc.Name)
 			}
 		}))
 		_, _ = s.pods.AddEventHandler(eventHandler(func(obj any) {
@@ -250,6 +263,7 @@ func (c *controller) start(ctx context.Context) {
 		{"functions", c.fnQueue, c.syncFunction},
 		{"ring", c.ringQueue, func(ctx context.Context, _ string) error { c.syncRing(); c.enqueuePools(); return nil }},
 		{"pools", c.poolQueue, c.syncPool},
+		{"services", c.svcQueue, c.syncService},
 	} {
 		c.wg.Go(func() { c.runQueue(ctx, q.name, q.q, q.f) })
 	}
@@ -262,7 +276,7 @@ func (c *controller) start(ctx context.Context) {
 
 // shutDownQueues shuts every work queue down (their workers return).
 func (c *controller) shutDownQueues() {
-	for _, q := range []workqueue.TypedRateLimitingInterface[string]{c.nsQueue, c.fnQueue, c.ringQueue, c.poolQueue} {
+	for _, q := range []workqueue.TypedRateLimitingInterface[string]{c.nsQueue, c.fnQueue, c.ringQueue, c.poolQueue, c.svcQueue} {
 		q.ShutDown()
 	}
 }
@@ -344,6 +358,7 @@ func (c *controller) syncFunction(ctx context.Context, key string) error {
 	if inv != nil {
 		return c.reportInvalid(ctx, inv, time.Now())
 	}
+	c.svcQueue.Add(key) // its own Service, on a queue of its own
 	pods := c.cache.functionPods(ns, name)
 	if err := c.deleteOrphans(ctx, key, pods); err != nil {
 		return err
@@ -399,6 +414,7 @@ func (c *controller) forget(key string, withdraw, deleted bool) {
 	c.mu.Lock()
 	st, had := c.fns[key]
 	delete(c.fns, key)
+	delete(c.svcStates, key)
 	c.claims.forget(key)
 	sup := c.sups[key]
 	c.mu.Unlock()

@@ -15,7 +15,9 @@
 // goroutine per owned Function (decidePlan every --scale-interval, then
 // claims, drains and retirements); drain.go withdraws instances;
 // ownership.go is the ring's view, forward.go the other replicas,
-// status.go the Function status, server.go and hub.go the gRPC surface.
+// status.go the Function status, service.go each Function's own Service
+// (an ExternalName of the routers', so callers reach it by name),
+// server.go and hub.go the gRPC surface.
 //
 // Invariants:
 //   - Lock order: controller.mu, claims.mu, poolStats.mu; a supervisor's

@@ -35,6 +35,9 @@ const (
 // informerSet is what one watched namespace (or all of them) contributes.
 type informerSet struct {
 	pods, deployments, functions, configMaps cache.SharedIndexInformer
+	// services are every Service (slimmed: slimService), for the
+	// Functions' own (service.go) and the names others took.
+	services cache.SharedIndexInformer
 }
 
 // kubeCache holds the controller's informers and answers lookups from them.
@@ -75,6 +78,8 @@ func newKubeCache(core kubernetes.Interface, dyn dynamic.Interface, cfg Config) 
 				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", v1alpha1.AssignKeyConfigMap).String()
 			}),
 		}
+		s.services = coreinformers.NewServiceInformer(core, ns, resync, byNS)
+		_ = s.services.SetTransform(slimService)
 		_ = s.pods.SetTransform(stripManagedFields)
 		_ = s.deployments.SetTransform(stripManagedFields)
 		_ = s.functions.SetTransform(toFunction)
@@ -90,7 +95,7 @@ func newKubeCache(core kubernetes.Interface, dyn dynamic.Interface, cfg Config) 
 func (c *kubeCache) informers() []cache.SharedIndexInformer {
 	out := []cache.SharedIndexInformer{c.endpointSlices}
 	for _, s := range c.sets {
-		out = append(out, s.pods, s.deployments, s.functions, s.configMaps)
+		out = append(out, s.pods, s.deployments, s.functions, s.configMaps, s.services)
 	}
 	return out
 }
@@ -228,6 +233,21 @@ func (c *kubeCache) unclaimedPoolPods() []*corev1.Pod {
 	return out
 }
 
+// service returns the Service ns/name from the cache, nil when there is
+// none (or ns is not watched).
+func (c *kubeCache) service(ns, name string) *corev1.Service {
+	s := c.set(ns)
+	if s == nil {
+		return nil
+	}
+	obj, ok, _ := s.services.GetIndexer().GetByKey(ns + "/" + name)
+	if !ok {
+		return nil
+	}
+	svc, _ := obj.(*corev1.Service)
+	return svc
+}
+
 func (c *kubeCache) configMap(ns string) *corev1.ConfigMap {
 	s := c.set(ns)
 	if s == nil {
@@ -314,6 +334,20 @@ func deploymentPoolIndex(obj any) ([]string, error) {
 
 // stripManagedFields drops managedFields before objects enter the cache; the
 // controller never reads them and they are most of a pod's size.
+// slimService keeps of a Service what decideService reads: its name,
+// owners and resourceVersion, its type and external name.
+func slimService(obj any) (any, error) {
+	svc, ok := obj.(*corev1.Service)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name, Namespace: svc.Namespace, UID: svc.UID,
+			ResourceVersion: svc.ResourceVersion, OwnerReferences: svc.OwnerReferences, DeletionTimestamp: svc.DeletionTimestamp},
+		Spec: corev1.ServiceSpec{Type: svc.Spec.Type, ExternalName: svc.Spec.ExternalName},
+	}, nil
+}
+
 func stripManagedFields(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)

@@ -49,6 +49,10 @@ var controllerCalls = []apiCall{
 	{"authorization.k8s.io", "subjectaccessreviews", "create", "", "sidecar routers' access (trust)"},
 	{"", "secrets", "get", "skipper-assign-key", "assignkey.go"},
 	{"", "secrets", "create", "", "assignkey.go"},
+	{"", "services", "list", "", "informer (the Functions' own Services, and names others took)"},
+	{"", "services", "watch", "", "informer"},
+	{"", "services", "create", "", "a Function's own Service (service.go; skipper-controller-services)"},
+	{"", "services", "patch", "", "a Function's own Service pointed at the routers again (service.go; skipper-controller-services)"},
 	{"discovery.k8s.io", "endpointslices", "list", "", "informer (the ring)"},
 	{"discovery.k8s.io", "endpointslices", "watch", "", "informer (the ring)"},
 }
@@ -122,7 +126,7 @@ func TestControllerCallsListed(t *testing.T) {
 	resources := map[string]string{ // accessor → resource
 		"Pods": "pods", "ConfigMaps": "configmaps", "Secrets": "secrets", "Deployments": "deployments",
 		"TokenReviews": "tokenreviews", "SubjectAccessReviews": "subjectaccessreviews", "EndpointSlices": "endpointslices",
-		"Events": "events",
+		"Events": "events", "Services": "services",
 	}
 	verbs := map[string]string{"Get": "get", "List": "list", "Watch": "watch", "Create": "create", "Update": "update",
 		"Patch": "patch", "Delete": "delete", "UpdateStatus": "update", "DeleteCollection": "deletecollection"}

@@ -43,6 +43,9 @@ type statusView struct {
 	exhausted string
 	// poolErr is why the pool cannot be used (nil if it can).
 	poolErr error
+	// service is what the owner last found of the Function's own Service
+	// (nil: nothing yet, or no Services: ServiceReady is left as it is).
+	service *serviceState
 	// invalid is why the Function cannot be acted on ("" if it can): the
 	// status then reports Degraded and nothing else, the counts and the
 	// other conditions staying as they were.
@@ -83,6 +86,12 @@ func statusPatch(fn *v1alpha1.Function, owner string, v statusView, now time.Tim
 			want = append(want, cond{conditionPoolAvailable, "PoolExhausted", v.exhausted, false})
 		default:
 			want = append(want, cond{conditionPoolAvailable, "PoolAvailable", "the pool has ready pods to claim", true})
+		}
+		if sv := v.service; sv != nil && sv.ok {
+			want = append(want, cond{conditionServiceReady, reasonServiceReady,
+				"callers reach it at http://" + fn.Name + "." + fn.Namespace + ".svc (an ExternalName Service of the routers')", true})
+		} else if sv != nil {
+			want = append(want, cond{conditionServiceReady, sv.reason, sv.msg, false})
 		}
 		if meta.FindStatusCondition(s.Conditions, conditionDegraded) != nil {
 			// Fixed: Degraded goes back to False (a Function never
@@ -142,6 +151,7 @@ func statusPatch(fn *v1alpha1.Function, owner string, v statusView, now time.Tim
 // status, at most once per --status-interval per function; a write held
 // back is retried by the next tick or sync, which computes it afresh.
 func (c *controller) writeStatus(ctx context.Context, fn *v1alpha1.Function, v statusView, now time.Time) error {
+	v.service = c.serviceStateOf(fn.Key())
 	st := statusPatch(fn, c.cfg.PodName, v, now)
 	if st == nil {
 		return nil

@@ -468,7 +468,7 @@ func TestSupervisorKeepsMinInstancesAndRetiresRestarted(t *testing.T) {
 	poll.Until(t, pollTimeout, pollInterval, "status desired 2 ready 2, conditions", func(context.Context) error {
 		st := e.functionStatus("hello")
 		conds, _ := st["conditions"].([]any)
-		if fmt.Sprint(st["desired"]) != "2" || fmt.Sprint(st["ready"]) != "2" || st["lastScaleReason"] != "minInstances" || len(conds) != 2 {
+		if fmt.Sprint(st["desired"]) != "2" || fmt.Sprint(st["ready"]) != "2" || st["lastScaleReason"] != "minInstances" || len(conds) != 3 {
 			return fmt.Errorf("status %v", st)
 		}
 		return nil

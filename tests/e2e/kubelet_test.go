@@ -182,20 +182,19 @@ func TestClaimedInstanceRetiredOnRestart(t *testing.T) {
 // TestPodResolvesService: a pod resolves a Service's name through the
 // cluster DNS (CoreDNS, kube-dns), as on any cluster: the name is the
 // Service's ClusterIP.
-func TestPodResolvesService(t *testing.T) {
-	const name = "skipper.skipper-system.svc.cluster.local"
-	svc, err := env.kube.CoreV1().Services("skipper-system").Get(t.Context(), "skipper", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+// runTestPod runs a pod of container on node in default until it succeeds
+// (restarted on failure, for 90 s at most) and returns its termination
+// message.
+func runTestPod(t *testing.T, name, node string, container corev1.Container) string {
+	t.Helper()
 	api := env.kube.CoreV1().Pods("default")
 	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "e2e-kubelet-dns", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Spec: corev1.PodSpec{
-			NodeName:                      "node1",
+			NodeName:                      node,
 			RestartPolicy:                 corev1.RestartPolicyOnFailure,
 			TerminationGracePeriodSeconds: ptr.To(int64(1)),
-			Containers:                    []corev1.Container{testPodContainer("resolve", "resolve", name)},
+			Containers:                    []corev1.Container{container},
 		},
 	}
 	_ = api.Delete(t.Context(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
@@ -206,18 +205,32 @@ func TestPodResolvesService(t *testing.T) {
 	t.Cleanup(func() {
 		_ = api.Delete(context.Background(), pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To(int64(0))})
 	})
-	var got string
-	poll.Until(t, 90*time.Second, pollInterval, pod.Name+" resolved "+name, func(ctx context.Context) error {
+	var msg string
+	poll.Until(t, 90*time.Second, pollInterval, pod.Name+" succeeded", func(ctx context.Context) error {
 		p, err := api.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if p.Status.Phase != corev1.PodSucceeded {
-			return fmt.Errorf("phase %s: %+v", p.Status.Phase, p.Status.ContainerStatuses)
+			last := ""
+			if cs := p.Status.ContainerStatuses; len(cs) > 0 && cs[0].LastTerminationState.Terminated != nil {
+				last = cs[0].LastTerminationState.Terminated.Message
+			}
+			return fmt.Errorf("phase %s, last try: %q", p.Status.Phase, last)
 		}
-		got = p.Status.ContainerStatuses[0].State.Terminated.Message
+		msg = p.Status.ContainerStatuses[0].State.Terminated.Message
 		return nil
 	})
+	return msg
+}
+
+func TestPodResolvesService(t *testing.T) {
+	const name = "skipper.skipper-system.svc.cluster.local"
+	svc, err := env.kube.CoreV1().Services("skipper-system").Get(t.Context(), "skipper", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := runTestPod(t, "e2e-kubelet-dns", "node1", testPodContainer("resolve", "resolve", name))
 	if got != svc.Spec.ClusterIP {
 		t.Errorf("%s resolved to %q in a pod, want the ClusterIP %s", name, got, svc.Spec.ClusterIP)
 	}

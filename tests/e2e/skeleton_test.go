@@ -159,6 +159,7 @@ func TestInvalidFunctionRejected(t *testing.T) {
 		{name: "counts unbounded", spec: map[string]any{"pool": "echo", "minInstances": int64(2147483647), "maxInstances": int64(2147483647)}, message: "maxInstances"},
 		{name: "idleTimeout not a duration", spec: map[string]any{"pool": "echo", "maxInstances": int64(1), "idleTimeout": "5 minutes"}, message: "idleTimeout"},
 		{name: "name not a DNS label", spec: map[string]any{"pool": "echo", "maxInstances": int64(1)}, message: "name", fnName: "dotted.name"},
+		{name: "name not a Service name", spec: map[string]any{"pool": "echo", "maxInstances": int64(1)}, message: "Service name", fnName: "1st"},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

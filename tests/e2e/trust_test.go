@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/trust"
@@ -272,7 +273,10 @@ func TestTokensThroughAPIServerOutage(t *testing.T) {
 // no pool cannot be deleted nor relabelled, and a ConfigMap of another
 // name cannot be created; nor can it make the pod a pool pod, give it an
 // owner or a finalizer. Nothing changes.
-func TestControllerIdentityLimited(t *testing.T) {
+// asControllerClient is a client that impersonates the controllers'
+// ServiceAccount: RBAC and the admission policies apply to it as to them.
+func asControllerClient(t *testing.T) kubernetes.Interface {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", env.kubeconfig)
 	if err != nil {
 		t.Fatal(err)
@@ -283,6 +287,11 @@ func TestControllerIdentityLimited(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return asController
+}
+
+func TestControllerIdentityLimited(t *testing.T) {
+	asController := asControllerClient(t)
 	// A pod of no pool, on no node (nothing runs it).
 	name := fmt.Sprintf("vap-%d", time.Now().UnixNano()%100000)
 	pod, err := env.kube.CoreV1().Pods("default").Create(t.Context(), &corev1.Pod{
@@ -314,6 +323,15 @@ func TestControllerIdentityLimited(t *testing.T) {
 	refused("deleting a pod of no pool", pods.Delete(t.Context(), name, metav1.DeleteOptions{}), "only pods of a pool")
 	_, err = asController.CoreV1().ConfigMaps("default").Create(t.Context(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "not-the-key"}}, metav1.CreateOptions{})
 	refused("creating another ConfigMap", err, "only the ConfigMap and Secret skipper-assign-key")
+	// Services: only a Function's own, an ExternalName of the routers'.
+	_, err = asController.CoreV1().Services("default").Create(t.Context(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}}, metav1.CreateOptions{})
+	refused("creating a Service of no Function", err, "only Services owned by the Function of their name")
+	_, err = asController.CoreV1().Services("default").Create(t.Context(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Function", Name: name,
+			UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true)}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "evil.example.com"}}, metav1.CreateOptions{})
+	refused("creating a Function's Service naming elsewhere", err, "naming the routers' Service")
 	// Making it a pool pod, to delete it next; taking it over through an
 	// ownerReference (the garbage collector would delete it); a finalizer.
 	refused("adding skipper.dev/pool to a pod", merge(`{"metadata":{"labels":{"skipper.dev/pool":"echo"}}}`), "updates only pool pods")

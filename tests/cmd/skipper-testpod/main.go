@@ -10,6 +10,10 @@
 //	                      then block until SIGTERM (the main container)
 //	resolve NAME          resolve NAME with the pod's resolv.conf and write
 //	                      its sorted addresses to /dev/termination-log
+//	get URL...            GET each URL (names resolved with the pod's
+//	                      resolv.conf), write "<status> <body>" of each, a
+//	                      line apiece, to /dev/termination-log; exit 1 on a
+//	                      failed request or a status that is not 200
 //	serve ADDR            serve HTTP on ADDR until SIGTERM: what the kubelet
 //	                      gave the pod (/env?k=, /file?path=, /whoami: the
 //	                      in-cluster API's name for the pod's token), /healthz
@@ -22,6 +26,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -46,7 +51,7 @@ func main() {
 
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("no command: want write, sidecar, exists, gather, resolve or serve")
+		return errors.New("no command: want write, sidecar, exists, gather, resolve, get or serve")
 	}
 	cmd, args := args[0], args[1:]
 	switch {
@@ -88,10 +93,44 @@ func run(args []string) error {
 		slices.Sort(addrs)
 		fmt.Println(strings.Join(addrs, " "))
 		return os.WriteFile("/dev/termination-log", []byte(strings.Join(addrs, " ")), 0o644)
+	case cmd == "get" && len(args) > 0:
+		return get(args)
 	case cmd == "serve" && len(args) == 1:
 		return serve(args[0])
 	}
-	return fmt.Errorf("bad command line %q: want write FILE TEXT, sidecar FILE TEXT, exists FILE..., gather OUT FILE..., resolve NAME or serve ADDR", append([]string{cmd}, args...))
+	return fmt.Errorf("bad command line %q: want write FILE TEXT, sidecar FILE TEXT, exists FILE..., gather OUT FILE..., resolve NAME, get URL... or serve ADDR", append([]string{cmd}, args...))
+}
+
+// get GETs each URL in turn and writes what came back to the termination
+// log (at most 4 KiB: the kubelet's bound), a line per URL.
+func get(urls []string) error {
+	client := &http.Client{Timeout: 20 * time.Second}
+	var out strings.Builder
+	var errs []error
+	for _, u := range urls {
+		resp, err := client.Get(u)
+		if err != nil {
+			errs = append(errs, err)
+			fmt.Fprintf(&out, "error %s\n", strings.ReplaceAll(err.Error(), "\n", " "))
+			continue
+		}
+		body := make([]byte, 1024)
+		n, _ := io.ReadFull(resp.Body, body)
+		resp.Body.Close()
+		fmt.Fprintf(&out, "%d %s\n", resp.StatusCode, strings.ReplaceAll(string(body[:n]), "\n", " "))
+		if resp.StatusCode != http.StatusOK {
+			errs = append(errs, fmt.Errorf("GET %s: %s", u, resp.Status))
+		}
+	}
+	fmt.Print(out.String())
+	msg := out.String()
+	if len(msg) > 4096 {
+		msg = msg[:4096]
+	}
+	if err := os.WriteFile("/dev/termination-log", []byte(msg), 0o644); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // serve answers what the kubelet gave the pod until SIGTERM or SIGINT.
