@@ -383,7 +383,7 @@ func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alph
 	// the repeat its time.
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.AssignTimeout)
 	defer cancel()
-	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port))) + assign.Path
+	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(v1alpha1.AssignPort(pod, port)))) + assign.Path
 	var gotConn, gotReused bool
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { gotConn, gotReused = true, i.Reused }})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))

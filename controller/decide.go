@@ -117,11 +117,15 @@ type claimInfo struct {
 	Callers string
 }
 
-// restarts sums the restart counts of the pod's containers.
+// restarts sums the restart counts of the pod's containers, its init
+// containers' included: a native sidecar (skipper-agent) that restarted
+// lost the assignment as surely as the application.
 func restarts(p *corev1.Pod) int64 {
 	var n int64
-	for _, cs := range p.Status.ContainerStatuses {
-		n += int64(cs.RestartCount)
+	for _, ss := range [][]corev1.ContainerStatus{p.Status.InitContainerStatuses, p.Status.ContainerStatuses} {
+		for _, cs := range ss {
+			n += int64(cs.RestartCount)
+		}
 	}
 	return n
 }

@@ -351,6 +351,11 @@ func TestRecordPatch(t *testing.T) {
 			if !restartedSinceClaim(got) {
 				t.Error("a restart after the claim is not seen")
 			}
+			got.Status.ContainerStatuses[1].RestartCount--
+			got.Status.InitContainerStatuses = append(got.Status.InitContainerStatuses, corev1.ContainerStatus{Name: "skipper-agent", RestartCount: 1})
+			if !restartedSinceClaim(got) {
+				t.Error("a native sidecar's restart after the claim (the agent's) is not seen")
+			}
 		})
 	}
 }

@@ -70,7 +70,7 @@ func (c *controller) probe(fn *v1alpha1.Function, port int32, uids []types.UID) 
 func (c *controller) askInstance(ctx context.Context, pod *corev1.Pod, port int32) (string, error) {
 	// The pod's UID goes along: an instance that is another pod (the IP
 	// was reused) says so rather than answer for it.
-	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(port))) + assign.Path + "?pod=" + string(pod.UID)
+	url := "http://" + net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(int(v1alpha1.AssignPort(pod, port)))) + assign.Path + "?pod=" + string(pod.UID)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return "", err

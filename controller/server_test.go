@@ -1277,3 +1277,30 @@ func TestClaimPassesOverOneUnreachablePodOnly(t *testing.T) {
 		t.Errorf("%d of 3 pool pods left after one call, want 1 (two tried and deleted)", len(pods.Items))
 	}
 }
+
+// TestClaimAssignsOnTheAgentsPort: a pool pod whose native sidecar (the
+// agent) names a port skipper-assign is assigned, asked and pre-connected
+// there; the instance set has the application's port (traffic goes
+// straight to the application).
+func TestClaimAssignsOnTheAgentsPort(t *testing.T) {
+	t.Parallel()
+	e := newTestEnv(t)
+	fn := e.fnFor("hello", "echo")
+	fn.Spec.Port = 9 // the application's: nothing serves the contract there
+	agent := func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "skipper-agent",
+			Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: e.assignPort}}}}
+	}
+	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo", agent))
+	r := startReplica(t, e, "ctl-0", nil, nil)
+	resp, err := getInstance(t.Context(), r, "hello", nil)
+	if err != nil {
+		t.Fatalf("GetInstance: %v", err)
+	}
+	if got := resp.GetInstances(); len(got) != 1 || got[0].GetAddress() != "127.0.0.1:9" {
+		t.Fatalf("instances %v, want p1 at the application's port 9", got)
+	}
+	if reqs := e.assignRequests(); len(reqs) != 1 || reqs[0].Function != "default/hello" {
+		t.Errorf("assigns the agent's port saw: %+v", reqs)
+	}
+}

@@ -55,14 +55,29 @@ const AssignPortName = "skipper-assign"
 // (a port named AssignPortName, in a container or an init container): the
 // application's own port then does not.
 func SidecarAssigns(p *corev1.Pod) bool {
+	_, ok := sidecarAssignPort(p)
+	return ok
+}
+
+// AssignPort is the port of p's assign endpoint (the contract's POST and
+// GET): its sidecar's port named AssignPortName, else the instance's own
+// port instancePort.
+func AssignPort(p *corev1.Pod, instancePort int32) int32 {
+	if port, ok := sidecarAssignPort(p); ok {
+		return port
+	}
+	return instancePort
+}
+
+func sidecarAssignPort(p *corev1.Pod) (int32, bool) {
 	for _, cs := range [][]corev1.Container{p.Spec.InitContainers, p.Spec.Containers} {
 		for _, c := range cs {
 			for _, cp := range c.Ports {
 				if cp.Name == AssignPortName {
-					return true
+					return cp.ContainerPort, true
 				}
 			}
 		}
 	}
-	return false
+	return 0, false
 }
