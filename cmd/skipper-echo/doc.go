@@ -3,7 +3,8 @@
 //
 // It serves HTTP on --listen and answers:
 //
-//   - POST /__skipper/assign: the controller hands the pod to a function. The
+//   - POST /__skipper/assign: the controller hands the pod to a function
+//     (the instance contract, served by package controller/instance). The
 //     body is an assign.Request whose token must verify against one of the
 //     public keys at --assign-key for audience = this pod's UID (--pod-uid)
 //     and was signed for this very body (assign.VerifyRequest). 200 with a
@@ -15,6 +16,9 @@
 //     container starts, so the key is read on every assign until it loads;
 //     after that at most once a second, so a rotated key is seen without a
 //     restart).
+//   - GET /__skipper/assign: what the pod holds, read-only (also
+//     controller/instance): 200 with the function; 404 unassigned, or
+//     other_pod when ?pod= names another pod's UID.
 //   - GET /healthz: the readiness probe, always 200.
 //   - anything else: an echo. 200 with a JSON body naming the method, path,
 //     query, headers, body, the pod and its assignment ("assigned": false

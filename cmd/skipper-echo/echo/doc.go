@@ -2,11 +2,14 @@
 // documentation for its endpoints): Config and its flags, the Server
 // handler, and Run, which serves until its context ends and then drains.
 //
-// Invariants: an instance is assigned to at most one function for its
-// lifetime (a second function gets 409); a token assigns once (its id is
-// remembered until it expires, at most assign.DefaultMaxUsed ids); the
-// assign keys are read from disk until they load, then again at most once
-// a second, the last good ones kept while the file is missing or bad;
-// every behaviour knob is bounded (sleep by --max-sleep, bodies by
-// --max-body).
+// The instance contract (the assign endpoint, its keys, its 409 and
+// oneshot rules, the GET of what the instance holds) is served by an
+// instance.Holder (package controller/instance), whose invariants hold
+// here: an instance is assigned to at most one function for its
+// lifetime; a token assigns once; the assign keys are read from disk
+// until they load, then again at most once a second. The Server adds the
+// echo, which serves only the callers the assignment allows
+// (Holder.CallerAllowed), and /healthz; every behaviour knob is bounded
+// (sleep by --max-sleep, bodies by --max-body, which bounds an assign's
+// body too).
 package echo

@@ -41,7 +41,7 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	}
 	kctx, stopKeys := context.WithCancel(ctx)
 	var keys sync.WaitGroup
-	keys.Go(func() { srv.KeepKeys(kctx) })
+	keys.Go(func() { srv.holder.KeepKeys(kctx) })
 	defer func() { stopKeys(); keys.Wait() }()
 	return serve(ctx, ln, srv, cfg.ShutdownTimeout, log)
 }

@@ -2,26 +2,21 @@ package echo
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"runtime"
 	"strings"
 	"time"
 
 	"skipper.dev/skipper/controller/assign"
+	"skipper.dev/skipper/controller/instance"
 )
 
 // A pool pod is kept warm so that a claim is fast, but a fresh Go process
-// pays for much of its code's first run: the edwards25519 tables behind
-// ed25519 verification, encoding/json's per-type codecs, the PEM and PKIX
-// parsers, the mux's patterns. Measured on the 2-core VM in a fresh
-// process: about 1.2 ms for the first assign's key parse, decode and
-// verify against 80 µs for the second (docs/benchmarks.md). Warm runs the
+// pays for much of its code's first run (instance.NewWarmUp says what and
+// how much), the echo handler's and the mux's patterns too. Warm runs the
 // assign and echo handlers once, on a throwaway server with a throwaway
 // key, before the pod is ready, so the first real claim pays none of it;
 // then it touches and frees some heap (prefaultHeap).
@@ -32,23 +27,14 @@ import (
 // returns what went wrong; a failed warm-up costs the first claim time,
 // nothing else.
 func (s *Server) Warm() error {
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		return fmt.Errorf("warm-up key: %w", err)
-	}
-	pem, err := assign.MarshalPublicKey(pub)
-	if err != nil {
-		return fmt.Errorf("warm-up key: %w", err)
-	}
-	keys, err := assign.ParsePublicKeys(pem)
-	if err != nil {
-		return fmt.Errorf("warm-up key: %w", err)
-	}
 	cfg := s.cfg
 	cfg.PodUID = "warm-up"
-	cfg.AssignKey = "" // its keys are set below: never the real file
-	t := NewServer(cfg, slog.New(slog.DiscardHandler))
-	t.keys, t.keyRaw, t.keyReadAt = keys, pem, time.Now()
+	cfg.AssignKey = "" // the throwaway holder has a key of its own: never the real file
+	holder, priv, err := instance.NewWarmUp(holderConfig(cfg))
+	if err != nil {
+		return err
+	}
+	t := newServer(cfg, holder)
 
 	req := assign.Request{Function: "warm-up/warm-up", Port: 8080, Claim: assign.NewID(),
 		Config: map[string]string{"k": "v"}, Callers: &assign.Callers{Namespaces: []string{"warm-up"}}}
@@ -86,7 +72,7 @@ func (s *Server) Warm() error {
 	}
 	// The key file may not be there yet (the kubelet retries a missing
 	// ConfigMap volume): then the first assign reads it.
-	_, _ = s.publicKeys(s.now())
+	_ = s.holder.LoadKeys()
 	prefaultHeap(prefaultBytes)
 	return nil
 }
