@@ -4,6 +4,8 @@
 #   /skipper-noderouter   the node router (DaemonSet; needs the capabilities
 #                         in deploy/base/noderouter.yaml for BPF and addresses)
 #   /skipper-echo         the reference function runtime for pools
+#   /skipper-agent        the instance contract beside any image (a pool pod's
+#                         native sidecar)
 # Build: docker build -t ghcr.io/skipper-dev/skipper:v0.1.0 .
 # The flags below are the same as `make build` (a test keeps them equal).
 
@@ -17,7 +19,7 @@ COPY noderouter ./noderouter
 COPY proto ./proto
 COPY bpf ./bpf
 COPY internal ./internal
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/skipper-controller ./cmd/skipper-noderouter ./cmd/skipper-echo
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/skipper-controller ./cmd/skipper-noderouter ./cmd/skipper-echo ./cmd/skipper-agent
 
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/ /

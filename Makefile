@@ -12,7 +12,7 @@ KUBE_TOOLS := etcd kube-apiserver kube-controller-manager kube-scheduler kube-pr
 CONTAINERD_VERSION := v2.4.2
 CONTAINERD_LDFLAGS := -s -w -X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION:v%=%)
 # Binaries of the main module: name -> package.
-SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo
+SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo skipper-agent
 TEST_BINS    := skipper-cluster skipper-bench skipper-testpod
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 

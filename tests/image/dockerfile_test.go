@@ -117,7 +117,7 @@ func TestDockerfileAgrees(t *testing.T) {
 		name    string
 		old, to string
 	}{
-		{name: "a binary more", old: "./cmd/skipper-echo", to: "./cmd/skipper-echo ./cmd/skipper-agent"},
+		{name: "a binary more", old: "./cmd/skipper-echo", to: "./cmd/skipper-echo ./cmd/skipper-extra"},
 		{name: "a binary fewer", old: " ./cmd/skipper-echo", to: ""},
 		{name: "another user", old: "USER 65532:65532", to: "USER 65534:65534"},
 		{name: "another entrypoint", old: `ENTRYPOINT ["/skipper-controller"]`, to: `ENTRYPOINT ["/skipper-noderouter"]`},

@@ -106,8 +106,8 @@ func TestAssemble(t *testing.T) {
 		{
 			name:       "skipper",
 			spec:       SkipperSpec(bin, epoch),
-			files:      []string{"skipper-controller", "skipper-echo", "skipper-noderouter"},
-			from:       []string{"skipper-controller", "skipper-echo", "skipper-noderouter"},
+			files:      []string{"skipper-agent", "skipper-controller", "skipper-echo", "skipper-noderouter"},
+			from:       []string{"skipper-agent", "skipper-controller", "skipper-echo", "skipper-noderouter"},
 			user:       "65532:65532",
 			entrypoint: []string{"/skipper-controller"},
 		},

@@ -226,7 +226,7 @@ func runServe(ctx context.Context, args []string, getenv func(string) (string, b
 func ParseBuildConfig(args []string, getenv func(string) (string, bool), stderr io.Writer) (BuildConfig, error) {
 	c := DefaultBuildConfig()
 	fs := newFlagSet("build")
-	fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-pause, coredns and skipper-testpod")
+	fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-agent, skipper-pause, coredns and skipper-testpod")
 	fs.StringVar(&c.Out, "out", c.Out, "directory of the OCI image layout written (created if missing; its index.json is replaced and blobs no image uses are removed)")
 	fs.StringVar(&c.Tag, "tag", c.Tag, "reference of the Skipper image, registry/repository:tag (serve pushes it to its own address, same repository and tag)")
 	fs.StringVar(&c.PauseTag, "pause-tag", c.PauseTag, "reference of the sandbox (\"pause\") image, registry/repository:tag")
@@ -246,10 +246,10 @@ func ParseBuildConfig(args []string, getenv func(string) (string, bool), stderr 
 
 Writes four images as an OCI image layout in --out and prints each one's
 reference, digest and size:
-  --tag          skipper-controller, skipper-noderouter and skipper-echo from
-                 --bin at /<binary>, mode 0755, owned by root; user
-                 65532:65532, entrypoint /skipper-controller (as the
-                 Dockerfile's image)
+  --tag          skipper-controller, skipper-noderouter, skipper-echo and
+                 skipper-agent from --bin at /<binary>, mode 0755, owned
+                 by root; user 65532:65532, entrypoint
+                 /skipper-controller (as the Dockerfile's image)
   --pause-tag    skipper-pause from --bin at /pause; user 65535:65535,
                  entrypoint /pause (the kubelet's sandbox image)
   --coredns-tag  coredns from --bin (make coredns) at /coredns with the file

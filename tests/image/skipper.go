@@ -12,7 +12,7 @@ import (
 // directory under cmd/ is one of these; test binaries (tests/cmd) stay
 // out.
 var (
-	SkipperBinaries   = []string{"skipper-controller", "skipper-noderouter", "skipper-echo"}
+	SkipperBinaries   = []string{"skipper-controller", "skipper-noderouter", "skipper-echo", "skipper-agent"}
 	SkipperUser       = "65532:65532"
 	SkipperEntrypoint = []string{"/skipper-controller"}
 )

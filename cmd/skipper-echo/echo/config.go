@@ -8,50 +8,26 @@ import (
 	"time"
 
 	"skipper.dev/skipper/controller/flagenv"
+	"skipper.dev/skipper/controller/instance"
 )
 
-// Config is skipper-echo's configuration.
+// Config is skipper-echo's configuration: an instance runtime's, and
+// its own limit on ?sleep=.
 type Config struct {
-	Listen          string
-	PodName         string
-	PodUID          string
-	AssignKey       string
-	MaxSleep        time.Duration
-	MaxBody         int64
-	ShutdownTimeout time.Duration
+	instance.RuntimeConfig
+	MaxSleep time.Duration
 }
 
 // DefaultConfig returns every default, in one place.
 func DefaultConfig() Config {
-	return Config{
-		Listen:          ":8080",
-		AssignKey:       "/var/run/skipper/assign-key/ed25519.pub",
-		MaxSleep:        5 * time.Minute,
-		MaxBody:         1 << 20,
-		ShutdownTimeout: 10 * time.Second,
-	}
+	return Config{RuntimeConfig: instance.DefaultRuntimeConfig(":8080"), MaxSleep: 5 * time.Minute}
 }
 
 // Validate reports every problem at once.
 func (c Config) Validate() error {
-	var errs []error
-	if c.Listen == "" {
-		errs = append(errs, errors.New("--listen is required"))
-	}
-	if c.PodUID == "" {
-		errs = append(errs, errors.New("--pod-uid is required (env SKIPPER_POD_UID or POD_UID, from the downward API metadata.uid): assign tokens are verified against it"))
-	}
-	if c.AssignKey == "" {
-		errs = append(errs, errors.New("--assign-key is required"))
-	}
+	errs := c.RuntimeConfig.Validate()
 	if c.MaxSleep < 0 {
 		errs = append(errs, fmt.Errorf("--max-sleep %s must not be negative", c.MaxSleep))
-	}
-	if c.MaxBody <= 0 {
-		errs = append(errs, fmt.Errorf("--max-body %d must be positive", c.MaxBody))
-	}
-	if c.ShutdownTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("--shutdown-timeout %s must be positive", c.ShutdownTimeout))
 	}
 	return errors.Join(errs...)
 }
@@ -63,19 +39,10 @@ func ParseConfig(args []string, getenv func(string) (string, bool), stderr io.Wr
 	c := DefaultConfig()
 	fs := flag.NewFlagSet("skipper-echo", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.StringVar(&c.Listen, "listen", c.Listen,
-		"address to serve HTTP on; in pods $(POD_IP):8080 so pods sharing a network namespace each bind their own IP")
-	fs.StringVar(&c.PodName, "pod-name", c.PodName,
-		"this pod's name (downward API metadata.name), echoed back")
-	fs.StringVar(&c.PodUID, "pod-uid", c.PodUID,
-		"this pod's UID (downward API metadata.uid): the audience an assign token must name")
-	fs.StringVar(&c.AssignKey, "assign-key", c.AssignKey,
-		"path of the PEM ed25519 public keys that verify assign tokens (ConfigMap skipper-assign-key; several blocks while a key rotates); read again at an assign at most once a second")
+	c.AddFlags(fs, "address to serve HTTP on; in pods $(POD_IP):8080 so pods sharing a network namespace each bind their own IP",
+		"largest request body echoed or accepted, in bytes")
 	fs.DurationVar(&c.MaxSleep, "max-sleep", c.MaxSleep, "upper bound of ?sleep=")
-	fs.Int64Var(&c.MaxBody, "max-body", c.MaxBody, "largest request body echoed or accepted, in bytes")
-	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout,
-		"how long SIGTERM waits for in-flight requests")
-	vars := flagenv.Names(fs, flagenv.Vars{"pod-name": {"POD_NAME"}, "pod-uid": {"POD_UID"}})
+	vars := flagenv.Names(fs, instance.DownwardVars)
 	if err := flagenv.Parse(fs, vars, args, getenv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stderr, fs, vars)

@@ -8,8 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
-	"sync"
 	"time"
 )
 
@@ -39,40 +37,5 @@ func Run(ctx context.Context, args []string, getenv func(string) (string, bool),
 	if err != nil {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	kctx, stopKeys := context.WithCancel(ctx)
-	var keys sync.WaitGroup
-	keys.Go(func() { srv.holder.KeepKeys(kctx) })
-	defer func() { stopKeys(); keys.Wait() }()
-	return serve(ctx, ln, srv, cfg.ShutdownTimeout, log)
-}
-
-// serve runs handler on ln until ctx ends, then drains for at most timeout.
-func serve(ctx context.Context, ln net.Listener, h http.Handler, timeout time.Duration, log *slog.Logger) error {
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	log.Info("serving", "addr", ln.Addr().String())
-
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve %s: %w", ln.Addr(), err)
-	case <-ctx.Done():
-	}
-	log.Info("shutting down", "timeout", timeout.String())
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	if err != nil {
-		_ = srv.Close()
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	return srv.holder.Run(ctx, ln, srv, cfg.ShutdownTimeout, log)
 }

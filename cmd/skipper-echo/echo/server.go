@@ -54,7 +54,7 @@ func NewServer(cfg Config, log *slog.Logger) *Server {
 
 // holderConfig is the part of cfg the instance contract takes.
 func holderConfig(cfg Config) instance.Config {
-	return instance.Config{PodUID: cfg.PodUID, PodName: cfg.PodName, KeyFile: cfg.AssignKey, MaxBody: cfg.MaxBody}
+	return cfg.Holder(nil)
 }
 
 // newServer is NewServer serving the contract from holder.

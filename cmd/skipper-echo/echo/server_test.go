@@ -23,6 +23,7 @@ import (
 
 	"skipper.dev/skipper/controller/assign"
 	"skipper.dev/skipper/controller/flagenv"
+	"skipper.dev/skipper/controller/instance"
 	"skipper.dev/skipper/controller/instance/instancetest"
 	"skipper.dev/skipper/tests/golden"
 )
@@ -349,7 +350,7 @@ func TestServeShutdown(t *testing.T) {
 		once.Do(func() { close(arrived) })
 		f.srv.ServeHTTP(w, r)
 	})
-	go func() { done <- serve(ctx, ln, h, 5*time.Second, slog.New(slog.DiscardHandler)) }()
+	go func() { done <- instance.Serve(ctx, ln, h, 5*time.Second, slog.New(slog.DiscardHandler)) }()
 
 	c := &http.Client{Transport: &http.Transport{}}
 	defer c.CloseIdleConnections()
