@@ -4,69 +4,46 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/internal/poll"
 )
 
-// agentPool is a pool of an image that knows nothing of Skipper (the test
-// pod's HTTP server on :8080) beside skipper-agent as a native sidecar
-// serving the contract on its port named skipper-assign, the assignment
-// handed over in a shared emptyDir: what the admission policy will add
-// to a labelled Deployment, written here by hand.
-func agentPool(name string) *appsv1.Deployment {
-	assignment := corev1.VolumeMount{Name: "assignment", MountPath: "/var/run/skipper/assignment"}
-	downward := []corev1.EnvVar{
-		{Name: "POD_UID", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}},
-		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
+// agentPool is deploy/examples/agent/pool.yaml (an image that knows
+// nothing of Skipper beside skipper-agent as a native sidecar) named name,
+// with the cluster's Skipper image for the agent and the test pod's HTTP
+// server on :8080 as the application.
+func agentPool(t *testing.T, name string) *appsv1.Deployment {
+	t.Helper()
+	b, err := os.ReadFile("../../deploy/examples/agent/pool.yaml")
+	if err != nil {
+		t.Fatal(err)
 	}
-	app := testPodContainer("app", "serve", ":8080")
-	app.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
-	app.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
-		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}}
-	app.VolumeMounts = []corev1.VolumeMount{assignment}
+	var d appsv1.Deployment
+	if err := yaml.UnmarshalStrict(b, &d); err != nil {
+		t.Fatalf("deploy/examples/agent/pool.yaml: %v", err)
+	}
+	d.Name = name
 	labels := map[string]string{v1alpha1.LabelPool: name}
-	return &appsv1.Deployment{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
-		Spec: appsv1.DeploymentSpec{
-			Replicas: ptr.To(int32(2)),
-			Selector: &metav1.LabelSelector{MatchLabels: labels,
-				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: v1alpha1.LabelFunction, Operator: metav1.LabelSelectorOpDoesNotExist}}},
-			Template: corev1.PodTemplateSpec{
-				ObjectMeta: metav1.ObjectMeta{Labels: labels},
-				Spec: corev1.PodSpec{
-					AutomountServiceAccountToken:  ptr.To(false),
-					TerminationGracePeriodSeconds: ptr.To(int64(1)),
-					InitContainers: []corev1.Container{{
-						Name: "skipper-agent", Image: env.image, Command: []string{"/skipper-agent"},
-						RestartPolicy: ptr.To(corev1.ContainerRestartPolicyAlways),
-						Env:           downward,
-						Ports:         []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7070}},
-						// The application starts once the agent serves.
-						StartupProbe: &corev1.Probe{PeriodSeconds: 1, FailureThreshold: 30,
-							ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString(v1alpha1.AssignPortName)}}},
-						VolumeMounts: []corev1.VolumeMount{assignment,
-							{Name: "assign-key", MountPath: "/var/run/skipper/assign-key", ReadOnly: true}},
-					}},
-					Containers: []corev1.Container{app},
-					Volumes: []corev1.Volume{
-						{Name: "assignment", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-						{Name: "assign-key", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-							LocalObjectReference: corev1.LocalObjectReference{Name: v1alpha1.AssignKeyConfigMap}}}},
-					},
-				},
-			},
-		},
+	d.Labels, d.Spec.Selector.MatchLabels, d.Spec.Template.Labels = labels, labels, labels
+	spec := &d.Spec.Template.Spec
+	if len(spec.InitContainers) != 1 || len(spec.Containers) != 1 {
+		t.Fatalf("the example pool has %d init containers and %d containers, want the agent and the application", len(spec.InitContainers), len(spec.Containers))
 	}
+	spec.InitContainers[0].Image = env.image
+	app := testPodContainer("app", "serve", ":8080")
+	spec.Containers[0].Image, spec.Containers[0].Args = app.Image, app.Args
+	spec.TerminationGracePeriodSeconds = ptr.To(int64(1))
+	return &d
 }
 
 // TestAgentServesAPlainImage: a Function on a pool of a plain image with
@@ -78,7 +55,7 @@ func TestAgentServesAPlainImage(t *testing.T) {
 	deps := env.kube.AppsV1().Deployments("default")
 	_ = deps.Delete(t.Context(), pool, metav1.DeleteOptions{})
 	poll.Until(t, 30*time.Second, pollInterval, "pool "+pool+" created", func(ctx context.Context) error {
-		_, err := deps.Create(ctx, agentPool(pool), metav1.CreateOptions{})
+		_, err := deps.Create(ctx, agentPool(t, pool), metav1.CreateOptions{})
 		return err
 	})
 	t.Cleanup(func() { _ = deps.Delete(context.Background(), pool, metav1.DeleteOptions{}) })
