@@ -125,18 +125,23 @@ func (c *controller) syncService(ctx context.Context, key string) error {
 	if err != nil || inv != nil || fn.DeletionTimestamp != nil || !c.owns(key) {
 		return nil // gone (its Service goes with it), invalid (reported as such) or not this replica's
 	}
-	a, msg := decideService(fn, c.cache.service(ns, name), target)
+	have := c.cache.service(ns, name)
+	a, msg := decideService(fn, have, target)
 	switch a {
 	case serviceWait:
 		return fmt.Errorf("service %s: %w", key, errServiceWait)
 	case serviceCreate:
 		_, err := c.core.CoreV1().Services(ns).Create(ctx, functionService(fn, target), metav1.CreateOptions{})
-		if err != nil && !apierrors.IsAlreadyExists(err) { // AlreadyExists: the informer brings it, and a sync
+		if apierrors.IsAlreadyExists(err) {
+			// The informer has not shown it yet (ours, or someone
+			// else's): its event brings another sync, which decides.
+			return nil
+		}
+		if err != nil {
 			return fmt.Errorf("create service %s: %w", key, err)
 		}
 		c.log.Info("created the function's Service", "function", key, "external_name", target)
 	case servicePatch:
-		have := c.cache.service(ns, name)
 		patch, err := json.Marshal(map[string]any{
 			"metadata": map[string]any{"resourceVersion": have.ResourceVersion},
 			"spec":     map[string]any{"type": corev1.ServiceTypeExternalName, "externalName": target, "clusterIP": nil, "clusterIPs": nil},

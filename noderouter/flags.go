@@ -126,9 +126,11 @@ func writeUsage(w io.Writer, fs *flag.FlagSet, vars flagenv.Vars) {
 
 skipper-noderouter routes HTTP calls to Skipper functions from the node they
 are made on. A request names its function with the header
-"x-skipper-function: <namespace>/<name>" or "Host: <name>.<namespace>.fn"; the
-router proxies it to an instance it has cached, asking the function's owning
-controller (GetInstance) only on a miss.
+"x-skipper-function: <namespace>/<name>", or by its Host: the function's own
+Service (<name>.<namespace>.svc.<--cluster-domain>, <name>.<namespace>.svc,
+<name>.<namespace>) or <name>.<namespace>.fn; the router proxies it to an
+instance it has cached, asking the function's owning controller
+(GetInstance) only on a miss.
 
 Subcommands:
   skipper-noderouter bpf-cleanup [--bpf-pin-dir DIR] [--local-address ADDR]

@@ -196,6 +196,7 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	// has drained: in-flight cold requests still need GetInstance.
 	dataSrv, err := rt.proxy.NewServer(rt.log)
 	if err != nil {
+		rt.abandon(data, admin)
 		return err
 	}
 	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
@@ -311,6 +312,22 @@ func (rt *router) run(ctx context.Context, data, admin net.Listener, cs kubernet
 	rt.proxy.Close()
 	rt.log.Info("stopped")
 	return errors.Join(append([]error{runErr}, errs...)...)
+}
+
+// abandon undoes what Run set up when run cannot start serving: the
+// listeners, BPF steering (withdrawn first, so calls fail open at once)
+// and the control plane.
+func (rt *router) abandon(data, admin net.Listener) {
+	for _, ln := range []net.Listener{data, admin, rt.local} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+	if rt.steer != nil {
+		rt.withdrawBPF()
+		rt.closeBPF()
+	}
+	rt.cp.close()
 }
 
 func (rt *router) adminHandler() http.Handler {

@@ -37,14 +37,13 @@ type Config struct {
 	// a new config). It runs before the assign is answered, so a
 	// controller records the claim only once the runtime has the
 	// assignment; it must bound its own work (the controller times out an
-	// assign). Calls never overlap, and each is given the newest
-	// assignment held, so concurrent assigns are handed on in order, the
-	// older one perhaps not at all. Nil: nothing is handed on.
+	// assign). Assigns with a hook are taken one at a time (decided,
+	// handed over, then held), so calls never overlap and the Holder
+	// holds only what the runtime took. Nil: nothing is handed on.
 	//
-	// An error refuses the assign (503 handover_failed, Retry-After): the
-	// Holder goes back to what it held before (nothing, for a claim, which
-	// the controller then gives up on this pod), and the next assign that
-	// changes it is handed on again.
+	// An error refuses the assign (503 handover_failed): the Holder keeps
+	// what it held (nothing, for a claim: the controller then gives the
+	// pod up, deleting it so that the pool makes a new one).
 	OnAssign func(Assignment) error
 }
 
@@ -79,10 +78,10 @@ type Holder struct {
 	assigned *Assignment
 	used     *assign.Used // ids of the tokens accepted
 
-	// hookMu orders Config.OnAssign's calls; handed is the assignment
-	// last handed to it.
+	// hookMu makes an assign with Config.OnAssign one step: decide, hand
+	// over, commit (handleAssign); h.assigned is only ever what the
+	// runtime took.
 	hookMu sync.Mutex
-	handed *Assignment
 }
 
 // New returns an unassigned Holder for cfg, logging to log.
@@ -152,6 +151,13 @@ func (h *Holder) handleAssign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	if h.cfg.OnAssign != nil {
+		// Decide, hand over and commit as one step: an assign arriving
+		// meanwhile waits, so it never sees (nor answers 409 for, nor
+		// builds on) an assignment the runtime may yet refuse.
+		h.hookMu.Lock()
+		defer h.hookMu.Unlock()
+	}
 	h.mu.Lock()
 	prev := h.assigned
 	if prev != nil && (prev.Function != req.Function || prev.Request.Oneshot && prev.Request.Claim != req.Claim) {
@@ -170,21 +176,17 @@ func (h *Holder) handleAssign(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	mine := &Assignment{Function: req.Function, Request: req, At: now}
-	h.assigned = mine
-	h.mu.Unlock()
-	if h.cfg.OnAssign != nil {
-		if err := h.handOver(); err != nil {
-			h.mu.Lock()
-			if h.assigned == mine {
-				h.assigned = prev
-			}
-			h.mu.Unlock()
+	if h.cfg.OnAssign != nil && (prev == nil || !sameHolding(prev.Request, req)) {
+		h.mu.Unlock()
+		if err := h.cfg.OnAssign(*mine); err != nil {
 			h.log.Warn("assign refused: the runtime did not take it", "function", req.Function, "err", err)
-			w.Header().Set("Retry-After", "1")
 			WriteError(w, http.StatusServiceUnavailable, reasonHandoverFailed, err.Error())
 			return
 		}
+		h.mu.Lock()
 	}
+	h.assigned = mine
+	h.mu.Unlock()
 	WriteJSON(w, http.StatusOK, assignResponse{Ready: true, Function: req.Function, Pod: h.cfg.PodName, PodUID: h.cfg.PodUID})
 	if prev == nil {
 		// After the answer is on its way: the claim it decides waits for
@@ -200,23 +202,6 @@ func (h *Holder) handleAssign(w http.ResponseWriter, r *http.Request) {
 // reasonHandoverFailed is the 503's reason when Config.OnAssign refused
 // an assignment.
 const reasonHandoverFailed = "handover_failed"
-
-// handOver calls Config.OnAssign with the newest assignment held unless
-// it was handed on already (Config.OnAssign says when), and returns its
-// error.
-func (h *Holder) handOver() error {
-	h.hookMu.Lock()
-	defer h.hookMu.Unlock()
-	a, ok := h.Assignment()
-	if !ok || h.handed != nil && sameHolding(h.handed.Request, a.Request) {
-		return nil
-	}
-	if err := h.cfg.OnAssign(a); err != nil {
-		return err
-	}
-	h.handed = &a
-	return nil
-}
 
 // sameHolding reports whether a and b hand the runtime the same thing:
 // every field but the token and the claim (which differ on every assign)

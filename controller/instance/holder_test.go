@@ -3,6 +3,7 @@ package instance
 import (
 	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -423,8 +424,8 @@ func TestOnAssign(t *testing.T) {
 
 // TestOnAssignRefuses: a hook's error refuses the assign with 503
 // handover_failed; the Holder keeps what it held before (nothing, for a
-// first assign, so another claim may take the pod; the old callers, for a
-// repeat), and the next assign is handed on again.
+// first assign; the old callers, for a repeat), and the next assign is
+// handed on again.
 func TestOnAssignRefuses(t *testing.T) {
 	refuse := true
 	f := newFixtureWith(t, true, func(h *Holder) {
@@ -456,6 +457,48 @@ func TestOnAssignRefuses(t *testing.T) {
 	}
 	if a, ok := f.h.Assignment(); !ok || a.Request.Callers != nil {
 		t.Errorf("after a refused repeat the Holder holds %+v, want the first assignment (no callers)", a)
+	}
+}
+
+// TestOnAssignRefusedWhileAnotherWaits: an assign arriving while a
+// hand-over is under way waits for it (no 409 for an assignment the
+// runtime may yet refuse); when both are refused the Holder holds nothing
+// and takes another function.
+func TestOnAssignRefusedWhileAnotherWaits(t *testing.T) {
+	entered, release := make(chan struct{}, 2), make(chan struct{})
+	f := newFixtureWith(t, true, func(h *Holder) {
+		h.cfg.OnAssign = func(a Assignment) error {
+			if a.Function == "default/other" {
+				return nil
+			}
+			entered <- struct{}{}
+			<-release
+			return errors.New("refused")
+		}
+	})
+	statuses := make(chan int, 2)
+	for _, claim := range []string{"a", "b"} {
+		body := f.body(t, assign.Request{Function: "default/x", Claim: claim})
+		go func() {
+			status, _ := f.assign(t, body)
+			statuses <- status
+		}()
+	}
+	<-entered // one hand-over under way; the other assign waits for it
+	if _, ok := f.h.Assignment(); ok {
+		t.Error("the Holder holds an assignment its runtime has not taken yet")
+	}
+	close(release)
+	for range 2 {
+		if got := <-statuses; got != http.StatusServiceUnavailable {
+			t.Errorf("a refused hand-over answered %d, want 503", got)
+		}
+	}
+	if a, ok := f.h.Assignment(); ok {
+		t.Fatalf("after two refusals the Holder holds %s", a.Function)
+	}
+	if status, m := f.assign(t, f.body(t, assign.Request{Function: "default/other", Claim: "c"})); status != http.StatusOK {
+		t.Errorf("another function after the refusals: %d %v, want 200", status, m)
 	}
 }
 

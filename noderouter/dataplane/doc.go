@@ -4,8 +4,8 @@
 // the callers' pod index (an Identifier) and the listeners.
 //
 // Every request goes the same four steps, whatever serves its connection:
-// parse (the function from x-skipper-function or Host: <name>.<ns>.fn,
-// limits), admit (lease.go: a lease of one instance's slot, or an answer:
+// parse (the function from x-skipper-function or the Host: <name>.<ns>.fn,
+// or a name of the Function's own Service, route.Hosts; limits), admit (lease.go: a lease of one instance's slot, or an answer:
 // a refusal, a queue, a cold start), forward (retry.go: send, and on a
 // failed send the one decision next makes: answer, again fresh, or
 // elsewhere) and finish (lease.done: counted once, whichever way the

@@ -84,7 +84,7 @@ var ControllerResults = []string{ResultOK, ResultNotFound, ResultInvalidArgument
 func parseAnswer(err error) answer {
 	if errors.Is(err, route.ErrNoFunction) {
 		return answer{status: http.StatusBadRequest, reason: ReasonMissingFunction,
-			msg: "name the function with header x-skipper-function: <namespace>/<name> or Host: <name>.<namespace>.fn"}
+			msg: "name the function with header x-skipper-function: <namespace>/<name>, or call it by its Service's name (<name>.<namespace>.svc, <name>.<namespace>) or Host: <name>.<namespace>.fn"}
 	}
 	return answer{status: http.StatusBadRequest, reason: ReasonMalformedFunction, msg: err.Error()}
 }

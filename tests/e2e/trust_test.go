@@ -332,6 +332,11 @@ func TestControllerIdentityLimited(t *testing.T) {
 			UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true)}}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "evil.example.com"}}, metav1.CreateOptions{})
 	refused("creating a Function's Service naming elsewhere", err, "naming the routers' Service")
+	_, err = asController.CoreV1().Services("default").Create(t.Context(), &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name,
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Function", Name: name,
+			UID: "00000000-0000-0000-0000-000000000002", Controller: ptr.To(true)}}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeExternalName, ExternalName: "skipper.skipper-system.svc.evil.example"}}, metav1.CreateOptions{})
+	refused("creating a Function's Service naming a name that only starts as the routers'", err, "naming the routers' Service")
 	// Making it a pool pod, to delete it next; taking it over through an
 	// ownerReference (the garbage collector would delete it); a finalizer.
 	refused("adding skipper.dev/pool to a pod", merge(`{"metadata":{"labels":{"skipper.dev/pool":"echo"}}}`), "updates only pool pods")

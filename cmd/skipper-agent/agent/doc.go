@@ -7,10 +7,10 @@
 // agent.
 //
 // An accepted assignment is handed to the application before the assign
-// is answered: POSTed as JSON to its hook when --hook names one (a
-// non-2xx answer refuses the claim), then written whole to files under
-// --dir, a volume both containers mount (function, config.json, and
-// assignment.json last). The application sees each call's caller in
+// is answered: written whole to files under --dir, a volume both
+// containers mount (function, config.json, and assignment.json last),
+// then POSTed as JSON to its hook when --hook names one. A non-2xx answer
+// refuses the claim, and the files go back to what the application held. The application sees each call's caller in
 // X-Skipper-Caller, but nothing makes it check the function's callers:
 // a pool serving functions with callers needs the NetworkPolicy
 // (docs/security.md).

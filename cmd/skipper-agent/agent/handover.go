@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,6 +70,18 @@ func writeFiles(dir string, h Handed) error {
 		}
 	}
 	return nil
+}
+
+// removeFiles removes what writeFiles wrote, assignment.json first: a
+// reader that finds it finds the rest.
+func removeFiles(dir string) error {
+	var errs []error
+	for _, name := range []string{fileAssignment, fileConfig, fileFunction} {
+		if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // writeWhole writes data to path through a temporary file in the same

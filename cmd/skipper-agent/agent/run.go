@@ -66,21 +66,45 @@ type agent struct {
 	cfg    Config
 	log    *slog.Logger
 	client *http.Client
+	// held is what the application was last handed (nil: nothing yet).
+	// handOver's calls never overlap (instance.Config.OnAssign).
+	held *Handed
 }
 
-// handOver tells the application of a (its hook first, when it has one:
-// a refusal there refuses the assign, and no file says otherwise), then
-// writes the files. It is instance.Config.OnAssign: calls never overlap.
+// handOver writes a's files, then tells the application's hook, when it
+// has one. A failure refuses the assign, and the files go back to what
+// the application held (none, before its first function): the files
+// never say the application holds what it refused. It is
+// instance.Config.OnAssign.
 func (a *agent) handOver(as instance.Assignment) error {
 	h := handedOf(as.Request)
+	if err := writeFiles(a.cfg.Dir, h); err != nil {
+		a.restore()
+		return err
+	}
 	if a.cfg.Hook != "" {
 		if err := callHook(context.Background(), a.client, a.cfg.Hook, h, a.cfg.HookTimeout); err != nil {
+			a.restore()
 			return fmt.Errorf("the application's hook: %w", err)
 		}
 	}
-	if err := writeFiles(a.cfg.Dir, h); err != nil {
-		return err
-	}
+	a.held = &h
 	a.log.Info("assignment handed over", "function", h.Function, "dir", a.cfg.Dir, "hook", a.cfg.Hook != "")
 	return nil
+}
+
+// restore puts back the files of what the application held; with
+// nothing held, it removes them. A failure here is logged: the instance
+// holds nothing it did not hand over (its Holder keeps what it held), and
+// the controller retires a pod whose assign failed.
+func (a *agent) restore() {
+	var err error
+	if a.held != nil {
+		err = writeFiles(a.cfg.Dir, *a.held)
+	} else {
+		err = removeFiles(a.cfg.Dir)
+	}
+	if err != nil {
+		a.log.Warn("the assignment's files may say what the application refused", "dir", a.cfg.Dir, "err", err)
+	}
 }

@@ -105,8 +105,10 @@ func TestAgentHookRefuses(t *testing.T) {
 	if status != http.StatusServiceUnavailable || m["reason"] != "handover_failed" || !strings.Contains(m["error"].(string), "not ready for functions") {
 		t.Fatalf("assign: %d %v, want 503 handover_failed with the application's answer", status, m)
 	}
-	if _, err := os.Stat(filepath.Join(cfg.Dir, fileAssignment)); !os.IsNotExist(err) {
-		t.Errorf("assignment.json after a refusal: %v", err)
+	for _, f := range []string{fileAssignment, fileConfig, fileFunction} {
+		if _, err := os.Stat(filepath.Join(cfg.Dir, f)); !os.IsNotExist(err) {
+			t.Errorf("%s after a refusal: %v", f, err)
+		}
 	}
 }
 
@@ -128,4 +130,31 @@ func TestHelp(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden.Check(t, "help.golden", out.Bytes())
+}
+
+// TestAgentRefusedRepeatKeepsTheFiles: a repeat assign (new config) the
+// application's hook refuses leaves the files of what it holds.
+func TestAgentRefusedRepeatKeepsTheFiles(t *testing.T) {
+	t.Parallel()
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var h Handed
+		if json.NewDecoder(r.Body).Decode(&h) != nil || h.Config["v"] == "2" {
+			http.Error(w, "v2 not supported", http.StatusConflict)
+		}
+	}))
+	t.Cleanup(app.Close)
+	url, k, cfg := startAgent(t, func(c *Config) { c.Hook = app.URL })
+	for _, tc := range []struct {
+		v    string
+		want int
+	}{{"1", http.StatusOK}, {"2", http.StatusServiceUnavailable}} {
+		req := k.Sign(t, testUID, assign.Request{Function: "default/hello", Config: map[string]string{"v": tc.v}, Claim: tc.v}, time.Now(), time.Minute)
+		if status, m := instancetest.Assign(t, http.DefaultClient, url, instancetest.Encode(t, req)); status != tc.want {
+			t.Fatalf("assign v%s: %d %v, want %d", tc.v, status, m, tc.want)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(cfg.Dir, fileConfig))
+	if err != nil || string(b) != `{"v":"1"}` {
+		t.Errorf("config.json after a refused repeat: %q %v, want the held v1", b, err)
+	}
 }

@@ -1,6 +1,10 @@
 package v1alpha1
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // PodReady reports whether a pod can serve: Running, Ready, not
 // terminating, with an IP.
@@ -17,9 +21,15 @@ func PodReady(p *corev1.Pod) bool {
 }
 
 // FirstPort is the first port the first container of spec declares (the
-// instance port of a Function that sets none), 0 for none.
+// instance port of a Function that sets none), 0 for none. A container
+// serving the contract (a port named AssignPortName: the agent, when it
+// runs as a plain container) is passed over: calls go to the
+// application.
 func FirstPort(spec *corev1.PodSpec) int32 {
 	for _, c := range spec.Containers {
+		if slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == AssignPortName }) {
+			continue
+		}
 		for _, p := range c.Ports {
 			if p.ContainerPort > 0 {
 				return p.ContainerPort

@@ -19,8 +19,12 @@ func TestAssignPort(t *testing.T) {
 		{"the instance serves it itself", corev1.PodSpec{Containers: []corev1.Container{app}}, 8080, false},
 		{"a native sidecar serves it", corev1.PodSpec{InitContainers: []corev1.Container{agent}, Containers: []corev1.Container{app}}, 7070, true},
 		{"a plain sidecar serves it", corev1.PodSpec{Containers: []corev1.Container{app, agent}}, 7070, true},
+		{"a plain sidecar listed first", corev1.PodSpec{Containers: []corev1.Container{agent, app}}, 7070, true},
 	} {
 		p := &corev1.Pod{Spec: tc.spec}
+		if got := FirstPort(&p.Spec); got != 8080 {
+			t.Errorf("%s: FirstPort %d, want the application's 8080", tc.name, got)
+		}
 		if got := AssignPort(p, 8080); got != tc.want || SidecarAssigns(p) != tc.sidecar {
 			t.Errorf("%s: AssignPort %d, SidecarAssigns %v; want %d, %v", tc.name, got, SidecarAssigns(p), tc.want, tc.sidecar)
 		}

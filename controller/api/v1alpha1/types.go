@@ -79,7 +79,7 @@ func AddToScheme(s *runtime.Scheme) error {
 // so it must be a DNS label (at most 63 characters), stricter than the DNS
 // subdomain Kubernetes allows for object names.
 //
-// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",message="metadata.name must be a Service name of at most 63 characters (lower-case letters, digits and '-', starting with a letter): it is the value of the label skipper.dev/function on the function's instances and the name of the function's own Service"
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 63 && self.metadata.name.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?$') && (oldSelf.hasValue() || self.metadata.name.matches('^[a-z]'))",message="metadata.name must be a Service name of at most 63 characters (lower-case letters, digits and '-', starting with a letter): it is the value of the label skipper.dev/function on the function's instances and the name of the function's own Service (a Function made before names had to start with a letter keeps its name)",optionalOldSelf=true
 // +kubebuilder:object:root=true
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=fn,categories=skipper
