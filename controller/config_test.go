@@ -26,11 +26,11 @@ func TestHelpGolden(t *testing.T) {
 	golden.Check(t, "help.golden", out.Bytes())
 }
 
-func TestRunHelpReturnsNil(t *testing.T) {
+func TestRunHelpReturnsErrHelp(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
-		t.Fatalf("Run(--help) = %v", err)
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Run(--help) = %v, want flag.ErrHelp", err)
 	}
 	if !strings.Contains(out.String(), "--grpc-listen") {
 		t.Errorf("usage does not list --grpc-listen:\n%s", out.String())

@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,12 +36,10 @@ import (
 // Run runs a controller replica until ctx ends, then shuts down gracefully.
 // args are the command-line flags (without the program name), getenv looks
 // up their environment fallbacks (package os's LookupEnv, from main); logs
-// go to stderr. --help prints the usage to stderr and returns nil.
+// go to stderr. --help prints the usage to stderr and returns
+// flag.ErrHelp (wrapped).
 func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	cfg, err := ParseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return err
 	}

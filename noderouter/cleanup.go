@@ -58,9 +58,6 @@ Flags (each falls back to the environment variables shown; flags win):
 
 func runCleanup(args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	c, err := ParseCleanupConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("bpf-cleanup: %w", err)
 	}

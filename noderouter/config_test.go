@@ -19,8 +19,8 @@ import (
 func TestHelpGolden(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
-		t.Fatal(err)
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Run(--help) = %v, want flag.ErrHelp", err)
 	}
 	golden.Check(t, "help.golden", out.Bytes())
 }
@@ -205,8 +205,8 @@ func TestRunRejectsBadConfig(t *testing.T) {
 func TestCleanupHelpGolden(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, flagenv.Map(nil), &out); err != nil {
-		t.Fatal(err)
+	if err := Run(t.Context(), []string{"bpf-cleanup", "--help"}, flagenv.Map(nil), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Run(--help) = %v, want flag.ErrHelp", err)
 	}
 	golden.Check(t, "bpf-cleanup-help.golden", out.Bytes())
 }

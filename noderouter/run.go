@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -32,15 +31,12 @@ import (
 
 // Run parses args (their environment fallbacks looked up by getenv,
 // package os's LookupEnv from main), serves until ctx is cancelled, then
-// drains. --help writes usage to stderr and returns nil.
+// drains. --help writes usage to stderr and returns flag.ErrHelp.
 func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "bpf-cleanup" {
 		return runCleanup(args[1:], getenv, stderr)
 	}
 	cfg, err := ParseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

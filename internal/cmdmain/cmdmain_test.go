@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -23,6 +24,11 @@ func TestMain(m *testing.M) {
 			return fmt.Errorf("failed with %s and %s", strings.Join(args, ","), v)
 		})
 		os.Exit(0) // not reached
+	case "help":
+		Main("cmd", func(context.Context, []string, func(string) (string, bool), io.Writer) error {
+			return fmt.Errorf("config: %w", flag.ErrHelp)
+		})
+		os.Exit(0) // Main returned, as main then does
 	case "signal":
 		Main("cmd", func(ctx context.Context, _ []string, _ func(string) (string, bool), stderr io.Writer) error {
 			fmt.Fprintln(stderr, "running")
@@ -51,6 +57,16 @@ func TestMainFails(t *testing.T) {
 	}
 	if want := "cmd: failed with a,b and v\n"; string(out) != want {
 		t.Errorf("output %q, want %q", out, want)
+	}
+}
+
+// TestMainHelpExitsZero: a Run that printed its usage (flag.ErrHelp,
+// wrapped) exits 0 and prints nothing more.
+func TestMainHelpExitsZero(t *testing.T) {
+	t.Parallel()
+	out, err := command(t, "help", "--help").CombinedOutput()
+	if err != nil || len(out) != 0 {
+		t.Fatalf("exit: %v, output %q; want status 0 and no output", err, out)
 	}
 }
 

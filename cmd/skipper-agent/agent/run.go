@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,12 +16,9 @@ import (
 // Run parses args (their environment fallbacks looked up by getenv,
 // package os's LookupEnv from main), serves the contract until ctx is
 // cancelled, then shuts down gracefully. --help prints usage and returns
-// nil.
+// flag.ErrHelp.
 func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	cfg, err := ParseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("config: %w", err)
 	}

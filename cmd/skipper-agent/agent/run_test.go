@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"flag"
 	"log/slog"
 	"net"
 	"net/http"
@@ -126,8 +128,8 @@ func TestConfigRefusesBadValues(t *testing.T) {
 func TestHelp(t *testing.T) {
 	t.Parallel()
 	var out bytes.Buffer
-	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); err != nil {
-		t.Fatal(err)
+	if err := Run(t.Context(), []string{"--help"}, flagenv.Map(nil), &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("Run(--help) = %v, want flag.ErrHelp", err)
 	}
 	golden.Check(t, "help.golden", out.Bytes())
 }

@@ -2,8 +2,6 @@ package echo
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -13,12 +11,9 @@ import (
 
 // Run parses args (with their environment fallbacks looked up by getenv,
 // package os's LookupEnv from main), serves until ctx is cancelled and then
-// shuts down gracefully. --help prints usage and returns nil.
+// shuts down gracefully. --help prints usage and returns flag.ErrHelp.
 func Run(ctx context.Context, args []string, getenv func(string) (string, bool), stderr io.Writer) error {
 	cfg, err := ParseConfig(args, getenv, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("Config: %w", err)
 	}
