@@ -6,7 +6,9 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -70,6 +72,50 @@ func newAssignKey(sign ed25519.PrivateKey, published []byte) (assignKey, error) 
 	return assignKey{sign: sign, pubPEM: pubPEM}, nil
 }
 
+// Back-off of the start-up read of the assign key while the API server
+// cannot answer it.
+const (
+	assignKeyBackoffBase = 250 * time.Millisecond
+	assignKeyBackoffMax  = 5 * time.Second
+)
+
+// errBadKeySecret marks a key Secret whose keys do not parse: waiting
+// does not mend it.
+var errBadKeySecret = errors.New("assign key Secret unusable")
+
+// waitAssignKey is loadOrCreateAssignKey tried until it succeeds, ctx
+// ends or the Secret is found unusable. A replica starting while the API
+// server is away (or the kubernetes Service still rejects connections
+// after it came back) waits, not ready, instead of exiting: each exit
+// lengthens the kubelet's crash-loop back-off (10 s, doubling to 5 min),
+// and a replica killed during an outage came back a minute after the API
+// server did (the e2e flake of TestColdStartWhileAPIServerDown).
+func waitAssignKey(ctx context.Context, core kubernetes.Interface, ns string, log *slog.Logger) (assignKey, error) {
+	backoff := doubling(assignKeyBackoffBase, assignKeyBackoffMax)
+	began := time.Now()
+	for attempt := 1; ; attempt++ {
+		key, err := loadOrCreateAssignKey(ctx, core, ns)
+		if err == nil {
+			if attempt > 1 {
+				log.Info("assign key read", "attempts", attempt, "waited", time.Since(began).Round(time.Millisecond))
+			}
+			return key, nil
+		}
+		if errors.Is(err, errBadKeySecret) || ctx.Err() != nil {
+			return assignKey{}, err
+		}
+		in := backoff.Step()
+		log.Warn("assign key not read yet; not ready until it is", "attempt", attempt, "in", in, "err", err)
+		t := time.NewTimer(in)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return assignKey{}, fmt.Errorf("%w (stopped waiting: %w)", err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
 // loadOrCreateAssignKey returns the key in Secret skipper-assign-key in
 // ns, creating the Secret with a fresh pair when it is missing. When another
 // replica creates it first (AlreadyExists), that replica's pair is read and
@@ -125,11 +171,11 @@ func loadOrCreateAssignKey(ctx context.Context, core kubernetes.Interface, ns st
 func keyFromSecret(s *corev1.Secret) (assignKey, error) {
 	priv, err := assign.ParsePrivateKey(s.Data[assignKeyPrivateKey])
 	if err != nil {
-		return assignKey{}, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPrivateKey, err)
+		return assignKey{}, fmt.Errorf("%w: secret %s/%s key %s: %w", errBadKeySecret, s.Namespace, s.Name, assignKeyPrivateKey, err)
 	}
 	k, err := newAssignKey(priv, s.Data[assignKeyPublicKey])
 	if err != nil {
-		return assignKey{}, fmt.Errorf("secret %s/%s key %s: %w", s.Namespace, s.Name, assignKeyPublicKey, err)
+		return assignKey{}, fmt.Errorf("%w: secret %s/%s key %s: %w", errBadKeySecret, s.Namespace, s.Name, assignKeyPublicKey, err)
 	}
 	return k, nil
 }

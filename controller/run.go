@@ -155,7 +155,7 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 	if err != nil {
 		return err
 	}
-	key, err := loadOrCreateAssignKey(ctx, cl.core, cfg.PodNamespace)
+	key, err := waitAssignKey(ctx, cl.core, cfg.PodNamespace, log)
 	if err != nil {
 		return fmt.Errorf("assign key: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
@@ -992,6 +993,55 @@ func TestAssignKeyCreateRace(t *testing.T) {
 	if err != nil || !again.sign.Equal(want.sign) {
 		t.Errorf("second load: %v, equal %v", err, again.sign.Equal(want.sign))
 	}
+}
+
+// TestAssignKeyWaitsForTheAPIServer: a replica starting while the API
+// server refuses waits for the key (backing off) instead of exiting into
+// the kubelet's crash-loop back-off; a Secret that does not parse ends the
+// wait at once; a stop ends it with the last failure.
+func TestAssignKeyWaitsForTheAPIServer(t *testing.T) {
+	t.Parallel()
+	log := slog.New(slog.NewTextHandler(t.Output(), nil))
+	synctest.Test(t, func(t *testing.T) {
+		secret, priv := testKey(t)
+		core := fake.NewClientset(secret)
+		var gets atomic.Int32
+		core.PrependReactor("get", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			if gets.Add(1) <= 3 {
+				return true, nil, errors.New("dial tcp 198.19.0.1:443: connect: connection refused")
+			}
+			return false, nil, nil
+		})
+		start := time.Now()
+		key, err := waitAssignKey(t.Context(), core, systemNS, log)
+		if err != nil || !key.sign.Equal(priv) {
+			t.Fatalf("waitAssignKey = equal %v, %v; want the Secret's key", key.sign.Equal(priv), err)
+		}
+		// Three refusals: 250 ms, 500 ms, 1 s of back-off.
+		if waited, want := time.Since(start), 1750*time.Millisecond; gets.Load() != 4 || waited != want {
+			t.Errorf("%d reads over %s; want 4 over %s", gets.Load(), waited, want)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		bad := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: systemNS, Name: assignKeySecret},
+			Data: map[string][]byte{assignKeyPrivateKey: []byte("not PEM")}}
+		_, err := waitAssignKey(t.Context(), fake.NewClientset(bad), systemNS, log)
+		if !errors.Is(err, errBadKeySecret) {
+			t.Errorf("unusable Secret: %v; want errBadKeySecret at once", err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		core := fake.NewClientset()
+		core.PrependReactor("*", "secrets", func(k8stesting.Action) (bool, runtime.Object, error) {
+			return true, nil, apierrors.NewServiceUnavailable("starting")
+		})
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		_, err := waitAssignKey(ctx, core, systemNS, log)
+		if !errors.Is(err, context.DeadlineExceeded) || !apierrors.IsServiceUnavailable(err) {
+			t.Errorf("stopped wait: %v; want the deadline and the last failure", err)
+		}
+	})
 }
 
 func testKey(t *testing.T) (*corev1.Secret, ed25519.PrivateKey) {

@@ -171,7 +171,9 @@ func waitRecovered(t *testing.T) {
 // function's label and ownerReference and the pool refills.
 func TestColdStartWhileAPIServerDown(t *testing.T) {
 	name := fmt.Sprintf("apidown-%d", time.Now().UnixNano()%1e6)
-	createFunction(t, name, map[string]any{"maxInstances": int64(1)})
+	// Idle for longer than the test can take: the instance the record is
+	// checked on must not be drained first.
+	createFunction(t, name, map[string]any{"maxInstances": int64(1), "idleTimeout": "10m"})
 	created := time.Now()
 	// The owner has cached the Function (it writes its status), and the
 	// pool has a warm pod to give.
