@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
 )
 
 // imageLine is a container's image in rendered YAML.
@@ -55,5 +56,51 @@ func TestLocalOverlaysChangeOnlyRegistryAndTag(t *testing.T) {
 				t.Errorf("%s still pulls from %s", tc.overlay, ghcr)
 			}
 		})
+	}
+}
+
+// TestAgentImageIsTheControllers: the agent the admission policy adds
+// (its image the policy's variable agentImage, a CEL string literal) runs
+// the controller's image, in the base and in the local overlay.
+func TestAgentImageIsTheControllers(t *testing.T) {
+	for _, dir := range []string{"deploy", "deploy/overlays/local"} {
+		var agent, controller string
+		for doc := range strings.SplitSeq(string(kustomize(t, dir)), "\n---\n") {
+			var obj struct {
+				Kind     string `json:"kind"`
+				Metadata struct {
+					Name string `json:"name"`
+				} `json:"metadata"`
+				Spec struct {
+					Variables []struct {
+						Name       string `json:"name"`
+						Expression string `json:"expression"`
+					} `json:"variables"`
+					Template struct {
+						Spec struct {
+							Containers []struct {
+								Image string `json:"image"`
+							} `json:"containers"`
+						} `json:"spec"`
+					} `json:"template"`
+				} `json:"spec"`
+			}
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case obj.Kind == "MutatingAdmissionPolicy" && obj.Metadata.Name == "skipper-agent":
+				for _, v := range obj.Spec.Variables {
+					if v.Name == "agentImage" {
+						agent = strings.TrimSuffix(strings.TrimPrefix(v.Expression, "'"), "'")
+					}
+				}
+			case obj.Kind == "Deployment" && obj.Metadata.Name == "skipper-controller":
+				controller = obj.Spec.Template.Spec.Containers[0].Image
+			}
+		}
+		if agent == "" || agent != controller {
+			t.Errorf("%s: the agent's image %q, the controller's %q: want the same", dir, agent, controller)
+		}
 	}
 }

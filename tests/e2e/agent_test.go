@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -108,6 +109,75 @@ func TestAgentServesAPlainImage(t *testing.T) {
 	for _, p := range pods.Items {
 		if p.Labels[v1alpha1.LabelPool] != pool {
 			t.Errorf("instance %s is not the pool's: %v", p.Name, p.Labels)
+		}
+	}
+}
+
+// TestAgentInjected: a Deployment of a plain image with only the pool
+// label gets skipper-agent at admission (the MutatingAdmissionPolicy
+// skipper-agent: the sidecar, the assign key, the shared directory) and
+// serves a Function; a pool that serves the contract itself (the echo
+// pool, annotated skipper.dev/contract: self) gets none.
+func TestAgentInjected(t *testing.T) {
+	const pool, fn = "injected", "injected-app"
+	app := testPodContainer("app", "serve", ":8080")
+	app.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}}
+	app.ReadinessProbe = &corev1.Probe{PeriodSeconds: 1,
+		ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromString("http")}}}
+	labels := map[string]string{v1alpha1.LabelPool: pool}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: pool, Namespace: "default", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To(int32(2)),
+			Selector: &metav1.LabelSelector{MatchLabels: labels,
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: v1alpha1.LabelFunction, Operator: metav1.LabelSelectorOpDoesNotExist}}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{AutomountServiceAccountToken: ptr.To(false), TerminationGracePeriodSeconds: ptr.To(int64(1)),
+					Containers: []corev1.Container{app}},
+			},
+		},
+	}
+	deps := env.kube.AppsV1().Deployments("default")
+	_ = deps.Delete(t.Context(), pool, metav1.DeleteOptions{})
+	poll.Until(t, 30*time.Second, pollInterval, "pool "+pool+" created", func(ctx context.Context) error {
+		_, err := deps.Create(ctx, d, metav1.CreateOptions{})
+		return err
+	})
+	t.Cleanup(func() { _ = deps.Delete(context.Background(), pool, metav1.DeleteOptions{}) })
+	createFunction(t, fn, map[string]any{"pool": pool})
+
+	client := &http.Client{Timeout: 30 * time.Second}
+	poll.Until(t, 120*time.Second, pollInterval, "a call to the injected pool's instance", func(ctx context.Context) error {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, env.routerURL+"/file?path=/var/run/skipper/assignment/function", nil)
+		if err != nil {
+			return err
+		}
+		req.Header.Set("x-skipper-function", "default/"+fn)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return poll.Unmet(resp.StatusCode == http.StatusOK && strings.TrimSpace(string(b)) == "default/"+fn, "%d %s", resp.StatusCode, b)
+	})
+	pods, err := env.kube.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=" + pool})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("the pool's pods: %v", err)
+	}
+	for _, p := range pods.Items {
+		if len(p.Spec.InitContainers) != 1 || p.Spec.InitContainers[0].Name != "skipper-agent" || p.Spec.InitContainers[0].Image != env.image {
+			t.Errorf("pod %s was not given the agent (image %s): %+v", p.Name, env.image, p.Spec.InitContainers)
+		}
+	}
+	echo, err := env.kube.CoreV1().Pods("default").List(t.Context(), metav1.ListOptions{LabelSelector: v1alpha1.LabelPool + "=echo"})
+	if err != nil || len(echo.Items) == 0 {
+		t.Fatalf("the echo pool's pods: %v", err)
+	}
+	for _, p := range echo.Items {
+		if len(p.Spec.InitContainers) != 0 {
+			t.Errorf("echo pod %s, which serves the contract itself, was given %+v", p.Name, p.Spec.InitContainers)
 		}
 	}
 }

@@ -22,6 +22,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"skipper.dev/skipper/cmd/skipper-echo/echo"
+	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/internal/poll"
 	"skipper.dev/skipper/tests/cluster"
 	"skipper.dev/skipper/tests/linuxhost"
@@ -170,7 +171,8 @@ func echoPod(name, node string, labels map[string]string) *corev1.Pod {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: p}}
 	}
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: labels,
+			Annotations: map[string]string{v1alpha1.AnnotationContract: v1alpha1.ContractSelf}},
 		Spec: corev1.PodSpec{
 			NodeName:                      node,
 			AutomountServiceAccountToken:  ptr.To(false),

@@ -22,6 +22,11 @@ const (
 	LabelFunction = "skipper.dev/function"
 	// AnnotationAutoscale opts a pool Deployment in to the pool autoscaler.
 	AnnotationAutoscale = "skipper.dev/autoscale"
+	// AnnotationContract, ContractSelf on a pool pod, says its image serves
+	// the instance contract itself (skipper-echo): the admission policy
+	// skipper-agent adds no agent (deploy/base/agent-injection.yaml).
+	AnnotationContract = "skipper.dev/contract"
+	ContractSelf       = "self"
 	// AssignKeyConfigMap is the ConfigMap holding the assign public key in every
 	// namespace with a pool or a Function.
 	AssignKeyConfigMap = "skipper-assign-key"
