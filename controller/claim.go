@@ -369,7 +369,9 @@ func (c *controller) assignOnce(ctx context.Context, pod *corev1.Pod, fn *v1alph
 	}
 	// Each assign, a retry or a re-assign with new callers included, gets
 	// a token of its own (a fresh id), bound to this very request.
-	token, err := assign.SignRequest(c.key.Load().sign, string(pod.UID), areq, time.Now(), tokenLifetime)
+	// In the format the instance's last GET answer asked for (a rolling
+	// upgrade in either order: assign.PickFormat).
+	token, err := assign.SignRequest(c.preconn.format(pod.UID), c.key.Load().sign, string(pod.UID), areq, time.Now(), tokenLifetime)
 	if err != nil {
 		return false, err
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
+	"skipper.dev/skipper/controller/assign"
 	"skipper.dev/skipper/internal/tick"
 )
 
@@ -50,16 +51,40 @@ const preconnectParallel = 4
 const preconnectMax = 512
 
 // preconnects remembers when this replica last connected to each pool
-// pod (by UID); its own lock, taken alone. The pods themselves are always
-// read from the informer cache.
+// pod (by UID) and the token format its answer asked for; its own lock,
+// taken alone. The pods themselves are always read from the informer
+// cache.
 type preconnects struct {
-	mu    sync.Mutex
-	at    map[types.UID]time.Time
-	slots chan struct{}
+	mu      sync.Mutex
+	at      map[types.UID]time.Time
+	formats map[types.UID]string // only of UIDs in at
+	slots   chan struct{}
 }
 
 func newPreconnects() *preconnects {
-	return &preconnects{at: map[types.UID]time.Time{}, slots: make(chan struct{}, preconnectParallel)}
+	return &preconnects{at: map[types.UID]time.Time{}, formats: map[types.UID]string{},
+		slots: make(chan struct{}, preconnectParallel)}
+}
+
+// answered records the token formats a GET answer of uid listed
+// (assign.HeaderTokenFormats), if uid is held.
+func (pc *preconnects) answered(uid types.UID, listed string) {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if _, ok := pc.at[uid]; ok {
+		pc.formats[uid] = assign.PickFormat(listed)
+	}
+}
+
+// format is the token format to assign uid with: the one its last GET
+// answer asked for, assign.FormatV1 (every instance's) when none was had.
+func (pc *preconnects) format(uid types.UID) string {
+	pc.mu.Lock()
+	defer pc.mu.Unlock()
+	if f, ok := pc.formats[uid]; ok {
+		return f
+	}
+	return assign.FormatV1
 }
 
 // due reports whether uid's connection should be (re)opened at now; if so
@@ -89,6 +114,7 @@ func (pc *preconnects) forget(uid types.UID) {
 	pc.mu.Lock()
 	defer pc.mu.Unlock()
 	delete(pc.at, uid)
+	delete(pc.formats, uid)
 }
 
 // keepOnly forgets every UID not in live.
@@ -98,6 +124,7 @@ func (pc *preconnects) keepOnly(live map[types.UID]bool) {
 	for uid := range pc.at {
 		if !live[uid] {
 			delete(pc.at, uid)
+			delete(pc.formats, uid)
 		}
 	}
 }

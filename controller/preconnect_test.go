@@ -151,6 +151,34 @@ func TestAssignUsesPreconnectedConnection(t *testing.T) {
 	}
 }
 
+// TestAssignSignedInTheInstancesFormat: the assign's token is in the
+// format the instance's GET answer asked for; an instance that names none
+// (older than the list) gets FormatV1, which every instance verifies.
+func TestAssignSignedInTheInstancesFormat(t *testing.T) {
+	t.Parallel()
+	for listed, wantPrefix := range map[string]string{
+		"":          "v1.",
+		"jws, v1":   "eyJ", // base64url of `{"`: a compact JWS
+		"v1, jws":   "v1.",
+		"paseto-v4": "v1.",
+	} {
+		t.Run(listed, func(t *testing.T) {
+			t.Parallel()
+			e := newTestEnv(t)
+			e.formats = listed
+			r, _ := preconnectedReplica(t, e)
+			if _, err := getInstance(t.Context(), r, "hello", nil); err != nil {
+				t.Fatal(err)
+			}
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if len(e.assigned) != 1 || !strings.HasPrefix(e.assigned[0].Token, wantPrefix) {
+				t.Fatalf("assigns %+v; want one with a token starting %q", e.assigned, wantPrefix)
+			}
+		})
+	}
+}
+
 // TestAssignRepeatedAfterKeptAliveConnectionFails: the instance takes
 // the assign on the pre-opened connection and closes it without an
 // answer. The claim sends the assign once more on a new connection, with

@@ -80,6 +80,7 @@ func (c *controller) askInstance(ctx context.Context, pod *corev1.Pod, port int3
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
+	c.preconn.answered(pod.UID, resp.Header.Get(assign.HeaderTokenFormats))
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	switch resp.StatusCode {
 	case http.StatusOK:

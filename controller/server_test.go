@@ -81,6 +81,9 @@ type testEnv struct {
 	// dropAssigns is how many assigns the instance takes (and holds)
 	// and then answers by closing the connection.
 	dropAssigns int
+	// formats is the instance's assign.HeaderTokenFormats on GET answers;
+	// empty: none, as an instance older than the list.
+	formats string
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -106,6 +109,9 @@ func (e *testEnv) serveAssign(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && r.URL.Path == assign.Path {
 		e.mu.Lock()
 		held := e.holds[r.URL.Query().Get("pod")]
+		if e.formats != "" {
+			w.Header().Set(assign.HeaderTokenFormats, e.formats)
+		}
 		e.mu.Unlock()
 		if held == "" {
 			http.Error(w, `{"reason":"unassigned"}`, http.StatusNotFound)

@@ -221,10 +221,11 @@ func RequestDigest(r Request) string {
 	return base64.RawURLEncoding.EncodeToString(sum[:])
 }
 
-// SignRequest returns a token for r to the pod with UID audience, valid
-// for lifetime from now: a fresh id and r's digest.
-func SignRequest(key ed25519.PrivateKey, audience string, r Request, now time.Time, lifetime time.Duration) (string, error) {
-	return Sign(key, Claims{
+// SignRequest returns a token in format (FormatJWS or FormatV1) for r to
+// the pod with UID audience, valid for lifetime from now: a fresh id and
+// r's digest.
+func SignRequest(format string, key ed25519.PrivateKey, audience string, r Request, now time.Time, lifetime time.Duration) (string, error) {
+	return Sign(format, key, Claims{
 		Audience: audience,
 		Function: r.Function,
 		IssuedAt: now.Unix(),
@@ -254,8 +255,19 @@ func VerifyRequest(keys []ed25519.PublicKey, r Request, audience string, now tim
 	return c, nil
 }
 
-// Sign returns a token for claims.
-func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
+// Sign returns a token for claims in format (FormatJWS or FormatV1).
+func Sign(format string, key ed25519.PrivateKey, c Claims) (string, error) {
+	switch format {
+	case FormatJWS:
+		return signJWS(key, c)
+	case FormatV1:
+		return signV1(key, c)
+	}
+	return "", fmt.Errorf("sign: unknown token format %q", format)
+}
+
+// signV1 returns claims as a FormatV1 token.
+func signV1(key ed25519.PrivateKey, c Claims) (string, error) {
 	payload, err := json.Marshal(c)
 	if err != nil {
 		return "", fmt.Errorf("encode claims: %w", err)
@@ -265,31 +277,20 @@ func Sign(key ed25519.PrivateKey, c Claims) (string, error) {
 	return signed + "." + base64.RawURLEncoding.EncodeToString(sig), nil
 }
 
-// Verify checks that token is signed by one of keys (key rotation
-// publishes two), for the pod with UID audience, unexpired at now, and
-// returns its claims.
+// Verify checks that token, in any of Formats, is signed by one of keys
+// (key rotation publishes two), for the pod with UID audience, unexpired
+// at now, and returns its claims.
 func Verify(keys []ed25519.PublicKey, token, audience string, now time.Time) (Claims, error) {
 	var c Claims
-	if !strings.HasPrefix(token, tokenPrefix) {
-		return c, fmt.Errorf("%w: missing %q prefix", ErrMalformed, tokenPrefix)
+	var payload []byte
+	var err error
+	if strings.HasPrefix(token, tokenPrefix) {
+		payload, err = verifyV1(keys, token)
+	} else {
+		payload, err = verifyJWS(keys, token)
 	}
-	dot := strings.LastIndexByte(token, '.')
-	if dot < len(tokenPrefix) {
-		return c, fmt.Errorf("%w: no signature", ErrMalformed)
-	}
-	signed, sigPart := token[:dot], token[dot+1:]
-	// Strict: a token has one spelling. Lenient decoding accepts non-zero
-	// padding bits, so one signed token would verify under several strings.
-	sig, err := strictB64.DecodeString(sigPart)
-	if err != nil || len(sig) != ed25519.SignatureSize {
-		return c, fmt.Errorf("%w: signature encoding", ErrMalformed)
-	}
-	if !slices.ContainsFunc(keys, func(k ed25519.PublicKey) bool { return ed25519.Verify(k, []byte(signed), sig) }) {
-		return c, ErrSignature
-	}
-	payload, err := strictB64.DecodeString(signed[len(tokenPrefix):])
 	if err != nil {
-		return c, fmt.Errorf("%w: payload encoding", ErrMalformed)
+		return c, err
 	}
 	if err := json.Unmarshal(payload, &c); err != nil {
 		return c, fmt.Errorf("%w: payload: %v", ErrMalformed, err)
@@ -301,6 +302,30 @@ func Verify(keys []ed25519.PublicKey, token, audience string, now time.Time) (Cl
 		return c, fmt.Errorf("%w at %s", ErrExpired, time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339))
 	}
 	return c, nil
+}
+
+// verifyV1 checks a FormatV1 token's signature against keys and returns
+// its payload.
+func verifyV1(keys []ed25519.PublicKey, token string) ([]byte, error) {
+	dot := strings.LastIndexByte(token, '.')
+	if dot < len(tokenPrefix) {
+		return nil, fmt.Errorf("%w: no signature", ErrMalformed)
+	}
+	signed, sigPart := token[:dot], token[dot+1:]
+	// Strict: a token has one spelling. Lenient decoding accepts non-zero
+	// padding bits, so one signed token would verify under several strings.
+	sig, err := strictB64.DecodeString(sigPart)
+	if err != nil || len(sig) != ed25519.SignatureSize {
+		return nil, fmt.Errorf("%w: signature encoding", ErrMalformed)
+	}
+	if !slices.ContainsFunc(keys, func(k ed25519.PublicKey) bool { return ed25519.Verify(k, []byte(signed), sig) }) {
+		return nil, ErrSignature
+	}
+	payload, err := strictB64.DecodeString(signed[len(tokenPrefix):])
+	if err != nil {
+		return nil, fmt.Errorf("%w: payload encoding", ErrMalformed)
+	}
+	return payload, nil
 }
 
 // MarshalPublicKey encodes key as a PKIX "PUBLIC KEY" PEM block.

@@ -28,7 +28,7 @@ func FuzzVerify(f *testing.F) {
 	}
 	signed := map[string]Claims{}
 	for _, c := range claims {
-		tok, err := Sign(fuzzKey, c)
+		tok, err := Sign(FormatV1, fuzzKey, c)
 		if err != nil {
 			f.Fatal(err)
 		}
@@ -36,7 +36,7 @@ func FuzzVerify(f *testing.F) {
 		f.Add(tok, c.Audience, fuzzNow.Unix())
 	}
 	_, other, _ := ed25519.GenerateKey(nil)
-	forged, _ := Sign(other, claims[0])
+	forged, _ := Sign(FormatV1, other, claims[0])
 	f.Add(forged, "uid-1", fuzzNow.Unix())
 	f.Add("v1..", "", int64(0))
 	f.Add("v1.e30."+strings.Repeat("A", 86), "", int64(0))

@@ -20,7 +20,7 @@ func TestSignVerify(t *testing.T) {
 	}
 	otherPub, _, _ := ed25519.GenerateKey(nil)
 	now := time.Unix(1_800_000_000, 0)
-	tok, err := Sign(priv, Claims{Audience: "uid-1", Function: "default/echo", IssuedAt: now.Unix(), Expiry: now.Add(time.Minute).Unix()})
+	tok, err := Sign(FormatV1, priv, Claims{Audience: "uid-1", Function: "default/echo", IssuedAt: now.Unix(), Expiry: now.Add(time.Minute).Unix()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestVerifyRequest(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0)
 	sign := func(key ed25519.PrivateKey, r Request) Request {
 		t.Helper()
-		tok, err := SignRequest(key, "uid-1", r, now, time.Minute)
+		tok, err := SignRequest(FormatJWS, key, "uid-1", r, now, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -150,7 +150,7 @@ func TestVerifyRequest(t *testing.T) {
 		return r
 	}
 	unbound := testRequest()
-	unbound.Token, _ = Sign(priv, Claims{Audience: "uid-1", Function: unbound.Function, IssuedAt: now.Unix(), Expiry: now.Add(time.Minute).Unix()})
+	unbound.Token, _ = Sign(FormatV1, priv, Claims{Audience: "uid-1", Function: unbound.Function, IssuedAt: now.Unix(), Expiry: now.Add(time.Minute).Unix()})
 	both := []ed25519.PublicKey{pub, nextPub}
 	tests := []struct {
 		name   string

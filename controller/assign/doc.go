@@ -1,14 +1,20 @@
 // Package assign is the instance contract shared by the controller (which
 // signs), instance runtimes such as skipper-echo (which verify) and the
 // router (whose pre-connections send its read-only GET and read the answer):
-// the body of `POST /__skipper/assign` and its ed25519-signed token. It is
-// a leaf, importing only the standard library, so the router may import it.
+// the body of `POST /__skipper/assign` and its ed25519-signed token. It
+// imports only the standard library and go-jose, so the router may import
+// it.
 //
-// A token is "v1.<payload>.<signature>", both parts unpadded base64url; the
-// payload is JSON Claims and the signature covers the bytes "v1." + payload.
-// Verify checks the signature against any of the keys it is given (two
-// while a key rotates), that the audience is the verifier's own pod UID
-// and that the token has not expired.
+// A token comes in one of two formats (format.go): FormatJWS, a JWT any
+// JOSE library verifies (compact JWS, alg EdDSA, payload the JSON Claims,
+// signed and verified with go-jose), or FormatV1, Skipper's own
+// "v1.<payload>.<signature>", both parts unpadded base64url, the
+// signature over the bytes "v1." + payload. An instance lists those it
+// verifies in HeaderTokenFormats on its GET answers; controllers sign in
+// the first listed they can (PickFormat), FormatV1 for an instance that
+// lists none. Verify takes either and checks the signature against any of
+// the keys it is given (two while a key rotates), that the audience is the
+// verifier's own pod UID and that the token has not expired.
 //
 // A token binds the whole request: SignRequest puts a random id and
 // RequestDigest of the body's other fields in the claims, and

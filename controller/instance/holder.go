@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -203,6 +204,10 @@ func (h *Holder) handleAssign(w http.ResponseWriter, r *http.Request) {
 // an assignment.
 const reasonHandoverFailed = "handover_failed"
 
+// tokenFormats is HeaderTokenFormats' value: every format assign.Verify
+// verifies.
+var tokenFormats = strings.Join(assign.Formats, ", ")
+
 // sameHolding reports whether a and b hand the runtime the same thing:
 // every field but the token and the claim (which differ on every assign)
 // alike, as assign.RequestDigest compares them (absent and empty alike,
@@ -213,8 +218,11 @@ func sameHolding(a, b assign.Request) bool {
 }
 
 // handleAssignment answers what the instance holds (assign.Assignment),
-// 404 unassigned when nothing, 404 other_pod when asked as another pod.
+// 404 unassigned when nothing, 404 other_pod when asked as another pod;
+// every answer lists the token formats the instance verifies
+// (assign.HeaderTokenFormats), which controllers sign its assign in.
 func (h *Holder) handleAssignment(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set(assign.HeaderTokenFormats, tokenFormats)
 	if uid := r.URL.Query().Get("pod"); uid != "" && uid != h.cfg.PodUID {
 		WriteError(w, http.StatusNotFound, assign.ReasonOtherPod, fmt.Sprintf("this instance is pod %s, not %s", h.cfg.PodUID, uid))
 		return

@@ -80,7 +80,7 @@ func (f *fixture) writeKey(t *testing.T) {
 func (f *fixture) token(t *testing.T, aud, fn string, exp time.Duration) string {
 	t.Helper()
 	now := f.now()
-	tok, err := assign.Sign(f.priv, assign.Claims{Audience: aud, Function: fn, IssuedAt: now.Unix(), Expiry: now.Add(exp).Unix()})
+	tok, err := assign.Sign(assign.FormatV1, f.priv, assign.Claims{Audience: aud, Function: fn, IssuedAt: now.Unix(), Expiry: now.Add(exp).Unix()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +301,8 @@ func TestAssignIDsBounded(t *testing.T) {
 
 // TestAssignmentAnswered: GET on the assign endpoint says what the
 // instance holds, read-only: nothing (404 unassigned), then the function
-// assigned; asked as another pod, 404 other_pod.
+// assigned; asked as another pod, 404 other_pod. Every answer lists the
+// token formats the instance verifies.
 func TestAssignmentAnswered(t *testing.T) {
 	f := newFixture(t, true)
 	get := func(query string) (int, map[string]any) {
@@ -311,6 +312,9 @@ func TestAssignmentAnswered(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
+		if got := resp.Header.Get(assign.HeaderTokenFormats); got != "jws, v1" {
+			t.Errorf("GET %s: %s %q, want \"jws, v1\"", query, assign.HeaderTokenFormats, got)
+		}
 		var m map[string]any
 		_ = json.NewDecoder(resp.Body).Decode(&m)
 		return resp.StatusCode, m

@@ -38,7 +38,7 @@ func (s *Server) Warm() error {
 
 	req := assign.Request{Function: "warm-up/warm-up", Port: 8080, Claim: assign.NewID(),
 		Config: map[string]string{"k": "v"}, Callers: &assign.Callers{Namespaces: []string{"warm-up"}}}
-	if req.Token, err = assign.SignRequest(priv, cfg.PodUID, req, time.Now(), time.Minute); err != nil {
+	if req.Token, err = assign.SignRequest(assign.FormatJWS, priv, cfg.PodUID, req, time.Now(), time.Minute); err != nil {
 		return fmt.Errorf("warm-up token: %w", err)
 	}
 	body, err := json.Marshal(req)

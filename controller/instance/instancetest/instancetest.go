@@ -17,6 +17,8 @@ import (
 // Key is an assign key pair for one test.
 type Key struct {
 	Priv ed25519.PrivateKey
+	// Format is the token format Sign writes; empty: assign.FormatJWS.
+	Format string
 	// PEM is the public key, as the key file holds it.
 	PEM []byte
 	// Path is the key file, in the test's temporary directory; Write
@@ -46,11 +48,15 @@ func (k *Key) Write(t testing.TB) {
 	}
 }
 
-// Sign returns r with a token for the pod with UID aud signed by k at
-// now, valid for exp.
+// Sign returns r with a token in k.Format for the pod with UID aud signed
+// by k at now, valid for exp.
 func (k *Key) Sign(t testing.TB, aud string, r assign.Request, now time.Time, exp time.Duration) assign.Request {
 	t.Helper()
-	tok, err := assign.SignRequest(k.Priv, aud, r, now, exp)
+	format := k.Format
+	if format == "" {
+		format = assign.FormatJWS
+	}
+	tok, err := assign.SignRequest(format, k.Priv, aud, r, now, exp)
 	if err != nil {
 		t.Fatal(err)
 	}
