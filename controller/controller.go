@@ -105,6 +105,7 @@ type functionConfig struct {
 	ConcurrencyLimit uint32
 	Oneshot          bool
 	Timeout          time.Duration
+	MaxBodyBytes     int64 // 0: the router's
 	Callers          callerPolicy
 }
 
@@ -113,6 +114,7 @@ func configOf(fn *v1alpha1.Function) functionConfig {
 		ConcurrencyLimit: uint32(max(fn.Spec.ConcurrencyLimit, 0)),
 		Oneshot:          fn.Spec.Oneshot,
 		Timeout:          fn.Spec.TimeoutOrZero(),
+		MaxBodyBytes:     max(fn.Spec.MaxBodyBytes, 0),
 		Callers:          callerPolicyOf(&fn.Spec.Callers),
 	}
 }

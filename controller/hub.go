@@ -271,7 +271,8 @@ func toProtoInstances(set []instance) []*skipperv1.Instance {
 }
 
 func (fc functionConfig) proto() *skipperv1.FunctionConfig {
-	pc := &skipperv1.FunctionConfig{ConcurrencyLimit: fc.ConcurrencyLimit, Oneshot: fc.Oneshot, Callers: fc.Callers.proto()}
+	pc := &skipperv1.FunctionConfig{ConcurrencyLimit: fc.ConcurrencyLimit, Oneshot: fc.Oneshot, Callers: fc.Callers.proto(),
+		MaxBodyBytes: fc.MaxBodyBytes}
 	if fc.Timeout > 0 {
 		pc.Timeout = durationpb.New(fc.Timeout)
 	}

@@ -527,6 +527,7 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 	t.Parallel()
 	e := newTestEnv(t)
 	fn := e.fnFor("hello", "echo")
+	fn.Spec.MaxBodyBytes = 1 << 30
 	e.add(poolDeploy("echo"), fn, poolPod("p1", "echo"), poolPod("p2", "echo", readyAt(t0.Add(time.Minute))))
 	r := startReplica(t, e, "ctl-0", nil, nil)
 
@@ -543,8 +544,8 @@ func TestGetInstanceClaimsAndAssigns(t *testing.T) {
 	if resp.GetOwner() != "ctl-0" || resp.GetGeneration() == 0 {
 		t.Errorf("owner %q generation %d, want ctl-0 and non-zero", resp.GetOwner(), resp.GetGeneration())
 	}
-	if c := resp.GetConfig(); c.GetConcurrencyLimit() != 4 || c.GetOneshot() || c.GetTimeout() != nil {
-		t.Errorf("config = %v", c)
+	if c := resp.GetConfig(); c.GetConcurrencyLimit() != 4 || c.GetOneshot() || c.GetTimeout() != nil || c.GetMaxBodyBytes() != 1<<30 {
+		t.Errorf("config = %v, want concurrency 4, no timeout, max body 1 GiB", c)
 	}
 
 	// The pod carries the claim once its record landed.

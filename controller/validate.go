@@ -162,6 +162,7 @@ func validate(fn *v1alpha1.Function) error {
 		bad("spec.minInstances", "%d exceeds spec.maxInstances %d", s.MinInstances, s.MaxInstances)
 	}
 	between("spec.concurrencyLimit", int64(s.ConcurrencyLimit), 0, v1alpha1.MaxConcurrencyLimit)
+	between("spec.maxBodyBytes", s.MaxBodyBytes, 0, v1alpha1.MaxMaxBodyBytes)
 	if s.Scaling.TargetInFlight != 0 { // 0: unset, the default applies
 		between("spec.scaling.targetInFlight", int64(s.Scaling.TargetInFlight), 1, v1alpha1.MaxTargetInFlight)
 	}

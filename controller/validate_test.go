@@ -22,7 +22,7 @@ func TestValidateFunction(t *testing.T) {
 			Spec: v1alpha1.FunctionSpec{
 				Pool: "echo-pool", Port: 65535,
 				MinInstances: v1alpha1.MaxMinInstances, MaxInstances: v1alpha1.MaxMaxInstances,
-				ConcurrencyLimit: v1alpha1.MaxConcurrencyLimit,
+				ConcurrencyLimit: v1alpha1.MaxConcurrencyLimit, MaxBodyBytes: v1alpha1.MaxMaxBodyBytes,
 				Scaling: v1alpha1.Scaling{
 					TargetInFlight: v1alpha1.MaxTargetInFlight, TargetCPUMilli: v1alpha1.MaxTargetCPUMilli,
 					TargetMemoryMiB: v1alpha1.MaxTargetMemoryMiB,
@@ -57,6 +57,10 @@ func TestValidateFunction(t *testing.T) {
 			want: []string{`spec.pool: "" is not a DNS label`}},
 		{name: "port", fn: edge(func(fn *v1alpha1.Function) { fn.Spec.Port = -1 }),
 			want: []string{"spec.port: -1 is outside 0..65535"}},
+		{name: "maxBodyBytes negative", fn: edge(func(fn *v1alpha1.Function) { fn.Spec.MaxBodyBytes = -1 }),
+			want: []string{"spec.maxBodyBytes: -1 is outside 0..1099511627776"}},
+		{name: "maxBodyBytes over 1 TiB", fn: edge(func(fn *v1alpha1.Function) { fn.Spec.MaxBodyBytes = 1<<40 + 1 }),
+			want: []string{"spec.maxBodyBytes: 1099511627777 is outside 0..1099511627776"}},
 		{name: "minInstances huge", fn: edge(func(fn *v1alpha1.Function) { fn.Spec.MinInstances, fn.Spec.MaxInstances = 2147483647, 2147483647 }),
 			want: []string{"spec.minInstances: 2147483647 is outside 0..1000", "spec.maxInstances: 2147483647 is outside 1..1000"}},
 		{name: "min above max", fn: edge(func(fn *v1alpha1.Function) { fn.Spec.MinInstances, fn.Spec.MaxInstances = 3, 2 }),

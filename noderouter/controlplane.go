@@ -483,7 +483,8 @@ func toUpdate(gen uint64, ins []*pb.Instance, cfg *pb.FunctionConfig) route.Upda
 		u.Instances = append(u.Instances, toInfo(in))
 	}
 	if cfg != nil {
-		u.Config = route.Config{ConcurrencyLimit: cfg.GetConcurrencyLimit(), Oneshot: cfg.GetOneshot()}
+		u.Config = route.Config{ConcurrencyLimit: cfg.GetConcurrencyLimit(), Oneshot: cfg.GetOneshot(),
+			MaxBodyBytes: max(cfg.GetMaxBodyBytes(), 0)}
 		if cfg.GetTimeout() != nil {
 			u.Config.Timeout = cfg.GetTimeout().AsDuration()
 		}

@@ -3,6 +3,7 @@ package noderouter
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -234,7 +235,8 @@ func errString(err error) string {
 func TestLimits(t *testing.T) {
 	t.Parallel()
 	fake := startFakeController(t)
-	fake.handle("default/echo", fixed(1, inst("uid-1", startEcho(t, "uid-1"))))
+	echoAddr := startEcho(t, "uid-1")
+	fake.handle("default/echo", fixed(1, inst("uid-1", echoAddr)))
 	const limit = 1000
 	h := startRouter(t, fake, func(c *Config) { c.MaxBodyBytes = limit })
 
@@ -263,6 +265,54 @@ func TestLimits(t *testing.T) {
 			resp.Body.Close()
 			if resp.StatusCode != http.StatusRequestEntityTooLarge || resp.Header.Get("Content-Type") != "application/json" || reasonOf(t, b) != dataplane.ReasonBodyTooLarge {
 				t.Errorf("status %d %s %s, want 413 JSON %s", resp.StatusCode, resp.Header.Get("Content-Type"), b, dataplane.ReasonBodyTooLarge)
+			}
+		})
+	}
+	// A Function's own limit (spec.maxBodyBytes) replaces the router's,
+	// lower or higher, from its first call (the limit comes with
+	// GetInstance's config) and as the body streams.
+	withLimit := func(n int64) func(context.Context, *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+		return func(_ context.Context, req *pb.GetInstanceRequest) (*pb.GetInstanceResponse, error) {
+			return &pb.GetInstanceResponse{Function: req.GetFunction(), Generation: 1, Owner: "fake",
+				Instances: []*pb.Instance{inst("uid-1", echoAddr)}, Config: &pb.FunctionConfig{MaxBodyBytes: n}}, nil
+		}
+	}
+	fake.handle("default/small", withLimit(100))
+	fake.handle("default/big", withLimit(5*limit))
+	for _, tt := range []struct {
+		fn      string
+		size    int
+		chunked bool
+		want    int
+	}{
+		{"default/small", 101, false, http.StatusRequestEntityTooLarge}, // the first call: refused once the config came
+		{"default/small", 101, true, http.StatusRequestEntityTooLarge},
+		{"default/small", 100, false, http.StatusOK},
+		{"default/small", 100, true, http.StatusOK},
+		{"default/big", 3 * limit, false, http.StatusOK}, // over the router's own
+		{"default/big", 3 * limit, true, http.StatusOK},
+		{"default/big", 5*limit + 1, false, http.StatusRequestEntityTooLarge},
+		{"default/big", 5*limit + 1, true, http.StatusRequestEntityTooLarge},
+	} {
+		t.Run(fmt.Sprintf("%s %d bytes chunked=%v", tt.fn, tt.size, tt.chunked), func(t *testing.T) {
+			req, _ := http.NewRequestWithContext(t.Context(), "POST", h.url+"/", strings.NewReader(strings.Repeat("x", tt.size)))
+			if tt.chunked {
+				req.ContentLength = -1
+			}
+			req.Header.Set(dataplane.HeaderFunction, tt.fn)
+			resp, err := h.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("status %d %s, want %d", resp.StatusCode, b, tt.want)
+			}
+			if tt.want == http.StatusOK {
+				if got := decodeEcho(t, reply{status: resp.StatusCode, body: b}); len(got.Body) != tt.size {
+					t.Errorf("the instance got %d bytes, want %d", len(got.Body), tt.size)
+				}
 			}
 		})
 	}

@@ -148,8 +148,8 @@ func badConnectionAnswer(err error) answer {
 		msg: "a Connection field may not name Content-Length, Transfer-Encoding, Host or an X-Skipper-* field: " + err.Error()}
 }
 
-// tooLargeAnswer is the 413 of a body over --max-body-bytes. Like
-// overloadedAnswer it may come before the name was checked: not known.
+// tooLargeAnswer is the 413 of a body over the function's limit
+// (spec.maxBodyBytes, else --max-body-bytes).
 func tooLargeAnswer(limit int64) answer {
 	return answer{status: http.StatusRequestEntityTooLarge, reason: ReasonBodyTooLarge,
 		msg: "the request body exceeds " + strconv.FormatInt(limit, 10) + " bytes"}

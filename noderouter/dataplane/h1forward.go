@@ -281,7 +281,7 @@ func (c *h1conn) sendBody(up *upConn) error {
 	c.body.Reset(c.br, c.req.Framing())
 	buf := copyBuf.Get().(*[32 << 10]byte)
 	defer copyBuf.Put(buf)
-	max := c.p.maxBodyBytes
+	max := c.ls.maxBody
 	for {
 		n, rerr := c.body.Read(buf[:])
 		if n > 0 {

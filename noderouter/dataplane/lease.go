@@ -57,6 +57,7 @@ type lease struct {
 	from       netip.Addr
 	start      time.Time
 	deadline   time.Time // zero: none
+	maxBody    int64     // the body limit: the function's, else --max-body-bytes (0: none)
 	idempotent bool
 	account    string // X-Skipper-Caller ("": not sent)
 
@@ -69,6 +70,15 @@ type lease struct {
 	sent       time.Time         // the last send went out (event loops)
 	// waited: GetInstance, the queue and backoff; upstream: the sends.
 	waited, upstream time.Duration
+}
+
+// bodyLimit is the request body limit of function a: its own, else
+// --max-body-bytes; 0: none.
+func (p *Proxy) bodyLimit(a *route.Assignment) int64 {
+	if a.Config.MaxBodyBytes > 0 {
+		return a.Config.MaxBodyBytes
+	}
+	return p.maxBodyBytes
 }
 
 // admit takes a request from its name to an instance: parse, the cache,
@@ -98,10 +108,14 @@ func (p *Proxy) admit(l *lease, q request, ctx func() context.Context) verdict {
 			return l.refuse(overloadedAnswer(p.maxInFlight))
 		}
 	}
-	if p.maxBodyBytes > 0 && q.length > p.maxBodyBytes {
-		// Known too large before a byte of it is read: no instance, no
-		// GetInstance. A body of unknown length is limited as it streams.
-		return l.refuse(tooLargeAnswer(p.maxBodyBytes))
+	// A body known too large before a byte of it is read gets no
+	// instance, and no GetInstance when the function's limit is known (a
+	// function seen before); a body of unknown length is limited as it
+	// streams.
+	if a != nil {
+		if l.maxBody = p.bodyLimit(a); l.maxBody > 0 && q.length > l.maxBody {
+			return l.refuse(tooLargeAnswer(l.maxBody))
+		}
 	}
 	if cold {
 		l.e = nil
@@ -124,6 +138,11 @@ func (p *Proxy) admit(l *lease, q request, ctx func() context.Context) verdict {
 		l.e = e
 	}
 	l.a = a
+	// Again with the config GetInstance brought (the first of a function
+	// this router sees).
+	if l.maxBody = p.bodyLimit(a); l.maxBody > 0 && q.length > l.maxBody {
+		return l.refuse(tooLargeAnswer(l.maxBody))
+	}
 	if pol := a.Config.Callers; pol != nil {
 		who := p.callerAt(q.from)
 		if ans, ok := callerRefused(pol, who, ref); !ok {

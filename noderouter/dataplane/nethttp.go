@@ -212,7 +212,7 @@ func (x *httpExchange) send(in *route.Instance, deadline time.Time, _ bool) (res
 		x.out = x.r.WithContext(x.sctx)
 		if r := x.r; r.Body != nil && r.Body != http.NoBody {
 			rc := r.Body
-			if max := x.f.p.maxBodyBytes; max > 0 && r.ContentLength < 0 {
+			if max := x.ls.maxBody; max > 0 && r.ContentLength < 0 {
 				// The transport returns the *http.MaxBytesError of the read
 				// that crosses the limit (a 413), and the server closes the
 				// caller's connection after the answer.

@@ -16,6 +16,9 @@ type Config struct {
 	Oneshot          bool
 	// Timeout per request; 0 means the router's default.
 	Timeout time.Duration
+	// MaxBodyBytes bounds a request body; 0 means the router's
+	// --max-body-bytes.
+	MaxBodyBytes int64
 	// Callers who may call the function; nil: anyone.
 	Callers *callers.Policy
 }

@@ -1061,7 +1061,11 @@ type FunctionConfig struct {
 	// Per request; unset means the router's default.
 	Timeout *durationpb.Duration `protobuf:"bytes,3,opt,name=timeout,proto3" json:"timeout,omitempty"`
 	// Who may call the function (spec.callers); unset or empty: any caller.
-	Callers       *Callers `protobuf:"bytes,4,opt,name=callers,proto3" json:"callers,omitempty"`
+	Callers *Callers `protobuf:"bytes,4,opt,name=callers,proto3" json:"callers,omitempty"`
+	// Largest request body in bytes (spec.maxBodyBytes); 0 means the
+	// router's --max-body-bytes. An older router ignores it and keeps its
+	// own limit.
+	MaxBodyBytes  int64 `protobuf:"varint,5,opt,name=max_body_bytes,json=maxBodyBytes,proto3" json:"max_body_bytes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1122,6 +1126,13 @@ func (x *FunctionConfig) GetCallers() *Callers {
 		return x.Callers
 	}
 	return nil
+}
+
+func (x *FunctionConfig) GetMaxBodyBytes() int64 {
+	if x != nil {
+		return x.MaxBodyBytes
+	}
+	return 0
 }
 
 // Callers are the callers a function allows: a caller is allowed when its
@@ -1900,12 +1911,13 @@ const file_skipper_v1_controller_proto_rawDesc = "" +
 	"\x03pod\x18\x01 \x01(\tR\x03pod\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node\"\xbb\x01\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\"\xe1\x01\n" +
 	"\x0eFunctionConfig\x12+\n" +
 	"\x11concurrency_limit\x18\x01 \x01(\rR\x10concurrencyLimit\x12\x18\n" +
 	"\aoneshot\x18\x02 \x01(\bR\aoneshot\x123\n" +
 	"\atimeout\x18\x03 \x01(\v2\x19.google.protobuf.DurationR\atimeout\x12-\n" +
-	"\acallers\x18\x04 \x01(\v2\x13.skipper.v1.CallersR\acallers\"T\n" +
+	"\acallers\x18\x04 \x01(\v2\x13.skipper.v1.CallersR\acallers\x12$\n" +
+	"\x0emax_body_bytes\x18\x05 \x01(\x03R\fmaxBodyBytes\"T\n" +
 	"\aCallers\x12\x1e\n" +
 	"\n" +
 	"namespaces\x18\x01 \x03(\tR\n" +

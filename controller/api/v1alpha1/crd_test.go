@@ -88,6 +88,7 @@ func TestCRDBounds(t *testing.T) {
 		{"maxInstances", spec.Properties["maxInstances"], 1, MaxMaxInstances},
 		{"concurrencyLimit", spec.Properties["concurrencyLimit"], 0, MaxConcurrencyLimit},
 		{"port", spec.Properties["port"], 0, 65535},
+		{"maxBodyBytes", spec.Properties["maxBodyBytes"], 0, MaxMaxBodyBytes},
 		{"scaling.targetInFlight", scaling.Properties["targetInFlight"], 1, MaxTargetInFlight},
 		{"scaling.targetCPUMilli", scaling.Properties["targetCPUMilli"], 0, MaxTargetCPUMilli},
 		{"scaling.targetMemoryMiB", scaling.Properties["targetMemoryMiB"], 0, MaxTargetMemoryMiB},

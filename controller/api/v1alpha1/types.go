@@ -54,6 +54,7 @@ const (
 	MaxTargetInFlight    = 10000
 	MaxTargetCPUMilli    = 1000000
 	MaxTargetMemoryMiB   = 1048576
+	MaxMaxBodyBytes      = 1 << 40
 	MinIdleTimeout       = time.Second
 	MaxIdleTimeout       = 24 * time.Hour
 	MinTimeout           = time.Millisecond
@@ -177,6 +178,17 @@ type FunctionSpec struct {
 	// +kubebuilder:validation:XValidation:rule="self.matches('^([0-9]+([.][0-9]*)?(ns|us|µs|ms|s|m|h))+$') && duration(self) >= duration('1ms') && duration(self) <= duration('1h')",message="timeout must be a duration such as 500ms or 30s, from 1ms to 1h"
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// MaxBodyBytes bounds a request body, in bytes, in place of the
+	// router's --max-body-bytes (10 MiB by default): larger or smaller. A
+	// larger body is refused 413 body_too_large, at once when its
+	// Content-Length says so, as it streams otherwise (the router holds
+	// none of it: a limit is not a memory bound). 0 or unset: the router's.
+	// At most 1 TiB.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1099511627776
+	// +optional
+	MaxBodyBytes int64 `json:"maxBodyBytes,omitempty"`
 
 	// Config is handed to the instance when it is assigned: at most 64
 	// entries, keys of 1 to 253 characters, values of at most 4096 bytes.
