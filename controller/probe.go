@@ -80,8 +80,12 @@ func (c *controller) askInstance(ctx context.Context, pod *corev1.Pod, port int3
 		return "", fmt.Errorf("GET %s: %w", url, err)
 	}
 	defer resp.Body.Close()
-	c.preconn.answered(pod.UID, resp.Header.Get(assign.HeaderTokenFormats))
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound && !otherPod(body) {
+		// The pod's own answer (not another's at a reused IP): the token
+		// formats it verifies.
+		c.preconn.answered(pod.UID, resp.Header.Get(assign.HeaderTokenFormats))
+	}
 	switch resp.StatusCode {
 	case http.StatusOK:
 		var a assign.Assignment
@@ -94,4 +98,13 @@ func (c *controller) askInstance(ctx context.Context, pod *corev1.Pod, port int3
 	default:
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
+}
+
+// otherPod reports whether a 404 body says the instance is another pod
+// (reason other_pod).
+func otherPod(body []byte) bool {
+	var e struct {
+		Reason string `json:"reason"`
+	}
+	return json.Unmarshal(body, &e) == nil && e.Reason == assign.ReasonOtherPod
 }

@@ -156,6 +156,10 @@ func serve(ctx context.Context, cfg Config, log *slog.Logger, cl clients, grpcLi
 		return err
 	}
 	key, err := waitAssignKey(ctx, cl.core, cfg.PodNamespace, log)
+	if err != nil && ctx.Err() != nil {
+		log.Info("stopped before the assign key was read")
+		return nil // a stop, as one before the caches synced
+	}
 	if err != nil {
 		return fmt.Errorf("assign key: %w", err)
 	}

@@ -284,6 +284,9 @@ func Verify(keys []ed25519.PublicKey, token, audience string, now time.Time) (Cl
 	var c Claims
 	var payload []byte
 	var err error
+	if !canonicalChars(token) {
+		return c, fmt.Errorf("%w: a character outside unpadded base64url and dots", ErrMalformed)
+	}
 	if strings.HasPrefix(token, tokenPrefix) {
 		payload, err = verifyV1(keys, token)
 	} else {
@@ -302,6 +305,20 @@ func Verify(keys []ed25519.PublicKey, token, audience string, now time.Time) (Cl
 		return c, fmt.Errorf("%w at %s", ErrExpired, time.Unix(c.Expiry, 0).UTC().Format(time.RFC3339))
 	}
 	return c, nil
+}
+
+// canonicalChars reports whether token holds only unpadded base64url's
+// alphabet and dots. Base64 decoders skip CR and LF even when strict, so
+// without this a token would verify under other spellings.
+func canonicalChars(token string) bool {
+	for i := 0; i < len(token); i++ {
+		switch b := token[i]; {
+		case 'A' <= b && b <= 'Z', 'a' <= b && b <= 'z', '0' <= b && b <= '9', b == '-', b == '_', b == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // verifyV1 checks a FormatV1 token's signature against keys and returns

@@ -28,12 +28,18 @@ func FuzzVerify(f *testing.F) {
 	}
 	signed := map[string]Claims{}
 	for _, c := range claims {
-		tok, err := Sign(FormatV1, fuzzKey, c)
-		if err != nil {
-			f.Fatal(err)
+		for _, format := range Formats {
+			tok, err := Sign(format, fuzzKey, c)
+			if err != nil {
+				f.Fatal(err)
+			}
+			signed[tok] = c
+			f.Add(tok, c.Audience, fuzzNow.Unix())
+			// Respellings of it: a line break, the spare bits of the last
+			// character.
+			f.Add(tok[:len(tok)-2]+"\n"+tok[len(tok)-2:], c.Audience, fuzzNow.Unix())
+			f.Add(tok[:len(tok)-1]+string(tok[len(tok)-1]^1), c.Audience, fuzzNow.Unix())
 		}
-		signed[tok] = c
-		f.Add(tok, c.Audience, fuzzNow.Unix())
 	}
 	_, other, _ := ed25519.GenerateKey(nil)
 	forged, _ := Sign(FormatV1, other, claims[0])

@@ -66,11 +66,22 @@ func signJWS(key ed25519.PrivateKey, c Claims) (string, error) {
 }
 
 // verifyJWS checks a FormatJWS token's signature against keys with
-// go-jose, allowing only EdDSA and only the compact serialization, and
-// returns its payload. A header with fields beyond alg and typ, or a typ
+// go-jose, allowing only EdDSA and only the compact serialization in
+// canonical unpadded base64url, and returns its payload. A header with fields beyond alg and typ, or a typ
 // other than JWT, is refused: nothing here reads them, so none may ride
 // along.
 func verifyJWS(keys []ed25519.PublicKey, token string) ([]byte, error) {
+	// One spelling per token, as for FormatV1: go-jose's decoding accepts
+	// non-zero padding bits.
+	segs := strings.Split(token, ".")
+	if len(segs) != 3 {
+		return nil, fmt.Errorf("%w: %d parts, want 3", ErrMalformed, len(segs))
+	}
+	for _, seg := range segs {
+		if _, err := strictB64.DecodeString(seg); err != nil || seg == "" {
+			return nil, fmt.Errorf("%w: part encoding", ErrMalformed)
+		}
+	}
 	obj, err := jose.ParseSignedCompact(token, []jose.SignatureAlgorithm{jose.EdDSA})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)

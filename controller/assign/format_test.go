@@ -37,8 +37,8 @@ func TestSignVerifyJWS(t *testing.T) {
 	parts := strings.Split(tok, ".")
 	// A forged token with the payload changed and the signature kept.
 	tampered := parts[0] + "." + base64.RawURLEncoding.EncodeToString([]byte(strings.Replace(string(payload), "echo", "evil", 1))) + "." + parts[2]
-	// HS256 keyed with the public key's bytes (the algorithm confusion
-	// attack): refused for its alg, whatever the MAC.
+	// HS256 (the algorithm confusion attack, a MAC keyed with the public
+	// key's bytes): refused for its alg, whatever the MAC.
 	hs := jwsWith(`{"alg":"HS256","typ":"JWT"}`, payload, func([]byte) []byte { return make([]byte, 32) })
 	tests := []struct {
 		name  string
@@ -115,21 +115,25 @@ func TestJWSIsAStandardJWT(t *testing.T) {
 
 func TestPickFormat(t *testing.T) {
 	t.Parallel()
-	for listed, want := range map[string]string{
-		"":                FormatV1, // an instance older than the list
-		"jws, v1":         FormatJWS,
-		"v1,jws":          FormatV1,
-		"paseto-v4, jws":  FormatJWS, // one this controller cannot sign is passed over
-		"paseto-v4":       FormatV1,
-		" jws ":           FormatJWS,
-		"JWS":             FormatV1, // names are exact
-		"v1":              FormatV1,
-		",,jws":           FormatJWS,
-		"jws;q=1, v1;q=0": FormatV1,
+	for _, tt := range []struct {
+		name, listed, want string
+	}{
+		{"an instance older than the list", "", FormatV1},
+		{"today's instance", "jws, v1", FormatJWS},
+		{"the instance's order", "v1,jws", FormatV1},
+		{"one this controller cannot sign passed over", "paseto-v4, jws", FormatJWS},
+		{"none this controller can sign", "paseto-v4", FormatV1},
+		{"spaces", " jws ", FormatJWS},
+		{"names are exact", "JWS", FormatV1},
+		{"v1 alone", "v1", FormatV1},
+		{"empty items", ",,jws", FormatJWS},
+		{"no parameters", "jws;q=1, v1;q=0", FormatV1},
 	} {
-		if got := PickFormat(listed); got != want {
-			t.Errorf("PickFormat(%q) = %q, want %q", listed, got, want)
-		}
+		t.Run(tt.name, func(t *testing.T) {
+			if got := PickFormat(tt.listed); got != tt.want {
+				t.Errorf("PickFormat(%q) = %q, want %q", tt.listed, got, tt.want)
+			}
+		})
 	}
 }
 
