@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,5 +62,30 @@ func TestAdmissionPoliciesNameTheController(t *testing.T) {
 				t.Errorf("%s: policy %s matches users %q, want the controller's %q", dir, p.Name, got, user)
 			}
 		}
+	}
+}
+
+// TestBefore136OnlyDropsTheAgentPolicy: deploy/overlays/before-1.36
+// renders what deploy/ does but the MutatingAdmissionPolicy and its
+// binding (kinds a cluster older than 1.36 does not know).
+func TestBefore136OnlyDropsTheAgentPolicy(t *testing.T) {
+	kindsOf := func(dir string) []string {
+		var kinds []string
+		for line := range strings.SplitSeq(string(kustomize(t, dir)), "\n") {
+			if k, ok := strings.CutPrefix(line, "kind: "); ok {
+				kinds = append(kinds, k)
+			}
+		}
+		return kinds
+	}
+	var want []string
+	for _, k := range kindsOf("deploy") {
+		if k != "MutatingAdmissionPolicy" && k != "MutatingAdmissionPolicyBinding" {
+			want = append(want, k)
+		}
+	}
+	got := kindsOf("deploy/overlays/before-1.36")
+	if len(got) != len(kindsOf("deploy"))-2 || !slices.Equal(got, want) {
+		t.Errorf("before-1.36 renders %v, want deploy/'s %v less the agent policy and its binding", got, want)
 	}
 }

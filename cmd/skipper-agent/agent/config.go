@@ -71,7 +71,7 @@ func ParseConfig(args []string, getenv func(string) (string, bool), stderr io.Wr
 	fs.StringVar(&c.Dir, "dir", c.Dir,
 		"directory the assignment is handed to the application in, a volume both containers mount: function (namespace/name), config.json (spec.config), assignment.json (function, config, callers, oneshot, timeoutSeconds; written last)")
 	fs.StringVar(&c.Hook, "hook", c.Hook,
-		"URL of the application the assignment (assignment.json's JSON) is POSTed to before the instance accepts it: a non-2xx answer refuses the claim (the controller takes another pod); empty: none")
+		"URL of the application the assignment (assignment.json's JSON) is POSTed to before the instance accepts it: a non-2xx answer refuses the claim (503 handover_failed: the controller gives the pod up, the pool replaces it, and the call that claimed it gets 503); empty: none")
 	fs.DurationVar(&c.HookTimeout, "hook-timeout", c.HookTimeout, "how long the application's hook may take to answer")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 	vars := flagenv.Names(fs, instance.DownwardVars)
