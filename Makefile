@@ -16,7 +16,7 @@ SKIPPER_BINS := skipper-controller skipper-noderouter skipper-echo skipper-agent
 TEST_BINS    := skipper-cluster skipper-bench skipper-testpod
 BUILD_FLAGS  := -trimpath -ldflags "-s -w"
 
-.PHONY: image image-bins crictl coredns proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-podstart bench-soak bpf-generate deps fuzz build build-bins kube containerd tools tools-bins generate verify test unit e2e up down lint clean
+.PHONY: image image-bins crictl coredns httpbin proto-breaking bench bench-scale bench-vip bench-burst bench-coldstart bench-hops bench-podstart bench-soak bpf-generate deps fuzz build build-bins kube containerd tools tools-bins generate verify test unit e2e up down lint clean
 # One line per step on screen, the tools' own output in bin/log/<step>.log.
 STEP := bash .ci/step
 
@@ -38,7 +38,7 @@ build-bins:
 ## image and the e2e tests' pod image, as an OCI image layout in bin/image,
 ## with go-containerregistry (no Docker, no base image; nested module
 ## tests/image); the local cluster's registry serves them
-image: build coredns
+image: build coredns httpbin
 	@$(STEP) -p image "building the Skipper, pause, CoreDNS and test pod images into bin/image" -- $(MAKE) --no-print-directory image-bins
 image-bins:
 	cd tests/image && CGO_ENABLED=0 $(GO) build -v $(BUILD_FLAGS) -o $(BIN)/ ./cmd/skipper-image ./cmd/skipper-pause
@@ -85,6 +85,15 @@ $(BIN)/coredns: tests/coredns/go.mod tests/coredns/go.sum tests/coredns/main.go
 	@$(STEP) -p coredns "building CoreDNS v1.15.0 from its Go module (once, about 3 minutes on 2 cores)" -- \
 		bash -c 'cd tests/coredns && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags "-s -w" -o $(BIN)/coredns.tmp .'
 	@mv $(BIN)/coredns.tmp $(BIN)/coredns
+
+## httpbin: go-httpbin's own command, unchanged, from the nested module
+## tests/httpbin (its image serves deploy/examples/protocols' Function)
+httpbin: $(BIN)/go-httpbin
+$(BIN)/go-httpbin: tests/httpbin/go.mod tests/httpbin/go.sum
+	@mkdir -p $(BIN)
+	@$(STEP) -p httpbin "building go-httpbin from its Go module" -- \
+		bash -c 'cd tests/httpbin && CGO_ENABLED=0 $(GO) build -v -trimpath -ldflags "-s -w" -o $(BIN)/go-httpbin.tmp github.com/mccutchen/go-httpbin/v2/cmd/go-httpbin'
+	@mv $(BIN)/go-httpbin.tmp $(BIN)/go-httpbin
 
 ## tools: code generators pinned in go.mod's tool block, and buf (it carries the
 ## protobuf well-known types: no host protoc) pinned in the nested module

@@ -26,34 +26,46 @@ func images(t *testing.T, dir string) []string {
 	return out
 }
 
+// upstream are the third-party images the examples name (their own
+// registries) and the repository make image builds each as, under
+// skipper-dev/ (tests/httpbin).
+var upstream = map[string]string{"ghcr.io/mccutchen/go-httpbin": "httpbin"}
+
 // TestLocalOverlaysChangeOnlyRegistryAndTag: the manifests name real
-// images (ghcr.io/skipper-dev/...); each local overlay renders the same
-// images, in the same places, from the local cluster's registry with tag
-// dev (what make image builds and the cluster serves), and nothing else
-// about them.
+// images (ghcr.io/skipper-dev/..., or a third party's own); each local
+// overlay renders the same images, in the same places, from the local
+// cluster's registry with tag dev (what make image builds and the cluster
+// serves), and nothing else about them.
 func TestLocalOverlaysChangeOnlyRegistryAndTag(t *testing.T) {
 	const ghcr, local = "ghcr.io/skipper-dev/", "198.51.100.1:5000/skipper-dev/"
-	for _, tc := range []struct{ base, overlay string }{
-		{"deploy", "deploy/overlays/local"},
-		{"deploy/examples", "deploy/overlays/local-examples"},
-		{"deploy/sidecar", "deploy/overlays/local-sidecar"},
+	for _, tc := range []struct {
+		bases   []string
+		overlay string
+	}{
+		{[]string{"deploy"}, "deploy/overlays/local"},
+		{[]string{"deploy/examples", "deploy/examples/protocols"}, "deploy/overlays/local-examples"},
+		{[]string{"deploy/sidecar"}, "deploy/overlays/local-sidecar"},
 	} {
 		t.Run(strings.ReplaceAll(tc.overlay, "/", "_"), func(t *testing.T) {
 			var want []string
-			for _, img := range images(t, tc.base) {
-				repo, ok := strings.CutPrefix(img, ghcr)
-				if !ok {
-					t.Fatalf("%s names %s, not an image of %s", tc.base, img, ghcr)
+			for _, base := range tc.bases {
+				for _, img := range images(t, base) {
+					name, _, _ := strings.Cut(img, ":")
+					repo, ok := strings.CutPrefix(name, ghcr)
+					if !ok {
+						if repo, ok = upstream[name]; !ok {
+							t.Fatalf("%s names %s, not an image of %s nor a known third party's", base, img, ghcr)
+						}
+					}
+					want = append(want, local+repo+":dev")
 				}
-				repo, _, _ = strings.Cut(repo, ":")
-				want = append(want, local+repo+":dev")
 			}
 			got := images(t, tc.overlay)
 			if diff := cmp.Diff(want, got); diff != "" {
 				t.Errorf("%s's images (-want +got):\n%s", tc.overlay, diff)
 			}
-			if slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, ghcr) }) {
-				t.Errorf("%s still pulls from %s", tc.overlay, ghcr)
+			if slices.ContainsFunc(got, func(s string) bool { return !strings.HasPrefix(s, local) }) {
+				t.Errorf("%s pulls from outside the local registry: %v", tc.overlay, got)
 			}
 		})
 	}

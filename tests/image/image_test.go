@@ -37,7 +37,7 @@ func fakeBin(t *testing.T, names ...string) string {
 }
 
 func allBins() []string {
-	return append(slices.Clone(SkipperBinaries), PauseBinary, CoreDNSBinary, TestPodBinary)
+	return append(slices.Clone(SkipperBinaries), PauseBinary, CoreDNSBinary, TestPodBinary, HTTPBinBinary)
 }
 
 // entry is what a test checks of one tar entry.
@@ -135,6 +135,14 @@ func TestAssemble(t *testing.T) {
 			from:       []string{"skipper-testpod"},
 			user:       "65532:65532",
 			entrypoint: []string{"/testpod"},
+		},
+		{
+			name:       "httpbin",
+			spec:       HTTPBinSpec(bin, epoch),
+			files:      []string{"go-httpbin"},
+			from:       []string{"go-httpbin"},
+			user:       "65532:65532",
+			entrypoint: []string{"/go-httpbin"},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

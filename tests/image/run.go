@@ -21,6 +21,7 @@ type BuildConfig struct {
 	PauseTag        string // the sandbox image's reference
 	CoreDNSTag      string // the cluster DNS image's reference
 	TestPodTag      string // the e2e tests' pod image's reference
+	HTTPBinTag      string // go-httpbin's image's reference (deploy/examples/protocols)
 	SourceDateEpoch int64  // every mtime and created time, in Unix seconds
 }
 
@@ -42,6 +43,7 @@ func DefaultBuildConfig() BuildConfig {
 		PauseTag:   "ghcr.io/skipper-dev/pause:dev",
 		CoreDNSTag: "ghcr.io/skipper-dev/coredns:dev",
 		TestPodTag: "ghcr.io/skipper-dev/testpod:dev",
+		HTTPBinTag: "ghcr.io/skipper-dev/httpbin:dev",
 	}
 }
 
@@ -59,7 +61,7 @@ func (c BuildConfig) Validate() error {
 	if c.Out == "" {
 		errs = append(errs, errors.New("--out is required"))
 	}
-	tags := []struct{ flag, ref string }{{"--tag", c.Tag}, {"--pause-tag", c.PauseTag}, {"--coredns-tag", c.CoreDNSTag}, {"--testpod-tag", c.TestPodTag}}
+	tags := []struct{ flag, ref string }{{"--tag", c.Tag}, {"--pause-tag", c.PauseTag}, {"--coredns-tag", c.CoreDNSTag}, {"--testpod-tag", c.TestPodTag}, {"--httpbin-tag", c.HTTPBinTag}}
 	for i, t := range tags {
 		if _, err := ParseTag(t.ref); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", t.flag, err))
@@ -92,8 +94,8 @@ func (c ServeConfig) Validate() error {
 }
 
 // Build assembles the Skipper image, the sandbox image, the cluster DNS
-// image and the e2e tests' pod image from the binaries in c.Bin and writes
-// the four to the layout c.Out.
+// image, the e2e tests' pod image and go-httpbin's from the binaries in
+// c.Bin and writes the five to the layout c.Out.
 func Build(ctx context.Context, c BuildConfig) ([]Summary, error) {
 	created := time.Unix(c.SourceDateEpoch, 0).UTC()
 	var images []Tagged
@@ -105,6 +107,7 @@ func Build(ctx context.Context, c BuildConfig) ([]Summary, error) {
 		{c.PauseTag, PauseSpec(c.Bin, created)},
 		{c.CoreDNSTag, CoreDNSSpec(c.Bin, created)},
 		{c.TestPodTag, TestPodSpec(c.Bin, created)},
+		{c.HTTPBinTag, HTTPBinSpec(c.Bin, created)},
 	} {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -226,12 +229,13 @@ func runServe(ctx context.Context, args []string, getenv func(string) (string, b
 func ParseBuildConfig(args []string, getenv func(string) (string, bool), stderr io.Writer) (BuildConfig, error) {
 	c := DefaultBuildConfig()
 	fs := newFlagSet("build")
-	fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-agent, skipper-pause, coredns and skipper-testpod")
+	fs.StringVar(&c.Bin, "bin", c.Bin, "directory holding skipper-controller, skipper-noderouter, skipper-echo, skipper-agent, skipper-pause, coredns, skipper-testpod and go-httpbin")
 	fs.StringVar(&c.Out, "out", c.Out, "directory of the OCI image layout written (created if missing; its index.json is replaced and blobs no image uses are removed)")
 	fs.StringVar(&c.Tag, "tag", c.Tag, "reference of the Skipper image, registry/repository:tag (serve pushes it to its own address, same repository and tag)")
 	fs.StringVar(&c.PauseTag, "pause-tag", c.PauseTag, "reference of the sandbox (\"pause\") image, registry/repository:tag")
 	fs.StringVar(&c.CoreDNSTag, "coredns-tag", c.CoreDNSTag, "reference of the cluster DNS (CoreDNS) image, registry/repository:tag")
 	fs.StringVar(&c.TestPodTag, "testpod-tag", c.TestPodTag, "reference of the e2e tests' pod image, registry/repository:tag")
+	fs.StringVar(&c.HTTPBinTag, "httpbin-tag", c.HTTPBinTag, "reference of go-httpbin's image (deploy/examples/protocols), registry/repository:tag")
 	fs.Int64Var(&c.SourceDateEpoch, "source-date-epoch", c.SourceDateEpoch, "mtime of every file and the images' created time, in Unix seconds (reproducible-builds.org): the same binaries and epoch give the same digests")
 	vars := flagenv.Vars{
 		"bin":               {"SKIPPER_IMAGE_BIN"},
@@ -240,11 +244,12 @@ func ParseBuildConfig(args []string, getenv func(string) (string, bool), stderr 
 		"pause-tag":         {"SKIPPER_PAUSE_IMAGE"},
 		"coredns-tag":       {"SKIPPER_COREDNS_IMAGE"},
 		"testpod-tag":       {"SKIPPER_TESTPOD_IMAGE"},
+		"httpbin-tag":       {"SKIPPER_HTTPBIN_IMAGE"},
 		"source-date-epoch": {"SOURCE_DATE_EPOCH"},
 	}
 	err := parse(fs, vars, args, getenv, stderr, `Usage: skipper-image build [flags]
 
-Writes four images as an OCI image layout in --out and prints each one's
+Writes five images as an OCI image layout in --out and prints each one's
 reference, digest and size:
   --tag          skipper-controller, skipper-noderouter, skipper-echo and
                  skipper-agent from --bin at /<binary>, mode 0755, owned
@@ -257,6 +262,9 @@ reference, digest and size:
                  user 65532:65532, entrypoint /coredns (the cluster DNS)
   --testpod-tag  skipper-testpod from --bin (make build) at /testpod; user
                  65532:65532, entrypoint /testpod (the e2e tests' pods)
+  --httpbin-tag  go-httpbin from --bin (make httpbin) at /go-httpbin; user
+                 65532:65532, entrypoint /go-httpbin (a third-party
+                 function, deploy/examples/protocols)
 One layer each, no base image, linux on this machine's architecture.
 `)
 	if err != nil {

@@ -64,7 +64,7 @@ func TestParseConfig(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := BuildConfig{Bin: "b", Out: "o", Tag: "198.51.100.1:5000/skipper-dev/skipper:flag",
-			PauseTag: DefaultBuildConfig().PauseTag, CoreDNSTag: "198.51.100.1:5000/skipper-dev/coredns:env", TestPodTag: DefaultBuildConfig().TestPodTag, SourceDateEpoch: 1700000000}
+			PauseTag: DefaultBuildConfig().PauseTag, CoreDNSTag: "198.51.100.1:5000/skipper-dev/coredns:env", TestPodTag: DefaultBuildConfig().TestPodTag, HTTPBinTag: DefaultBuildConfig().HTTPBinTag, SourceDateEpoch: 1700000000}
 		if diff := cmp.Diff(want, c); diff != "" {
 			t.Errorf("(-want +got):\n%s", diff)
 		}
@@ -196,8 +196,8 @@ func TestBuildServePull(t *testing.T) {
 		}
 		want[ref.RepositoryStr()+":"+ref.TagStr()] = m[2]
 	}
-	if len(want) != 4 {
-		t.Fatalf("build printed %d images, want 4:\n%s", len(want), built.String())
+	if len(want) != 5 {
+		t.Fatalf("build printed %d images, want 5:\n%s", len(want), built.String())
 	}
 
 	ctx, cancel := context.WithCancel(t.Context())

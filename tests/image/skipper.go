@@ -77,6 +77,22 @@ func CoreDNSSpec(binDir string, created time.Time) Spec {
 	return s
 }
 
+// The go-httpbin image (deploy/examples/protocols): the upstream command,
+// unchanged (bin/go-httpbin, built by make httpbin from the nested module
+// tests/httpbin), at /go-httpbin, run as the Skipper image's unprivileged
+// user. It listens on 8080 by default.
+var (
+	HTTPBinBinary     = "go-httpbin"
+	HTTPBinUser       = "65532:65532"
+	HTTPBinEntrypoint = []string{"/go-httpbin"}
+)
+
+// HTTPBinSpec is go-httpbin's image from binDir/go-httpbin, for this
+// machine's architecture.
+func HTTPBinSpec(binDir string, created time.Time) Spec {
+	return oneBinarySpec(binDir, HTTPBinBinary, HTTPBinUser, HTTPBinEntrypoint, created)
+}
+
 // TestPodSpec is the e2e tests' pod image from binDir/skipper-testpod,
 // for this machine's architecture.
 func TestPodSpec(binDir string, created time.Time) Spec {
