@@ -2,7 +2,7 @@
 // caller sees it. It attaches through .skipper/env (start a cluster with
 // `make up` first, or let `make bench-coldstart` do it).
 //
-//	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default]
+//	skipper-bench coldstart [-n 50] [-pool echo] [-namespace default] [-path /bench]
 //	skipper-bench burst [-n 30] [-spread 3s] [-pool-min 3] [-pool-max 40] [-window 10s] [-v]
 //	skipper-bench vip [-n 2000] [-node 2] [-function default/echo]
 //	skipper-bench soak [-d 10m] [-functions 500] [-batch 10] [-callers 4] [-settle 90s]
@@ -131,6 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	n := fs.Int("n", 50, "number of fresh Functions, one cold call each")
 	pool := fs.String("pool", "echo", "pool the Functions use")
 	ns := fs.String("namespace", "default", "namespace of the pool and the Functions")
+	path := fs.String("path", "/bench", "path each call GETs; it must answer 200 (go-httpbin's pool: /get)")
 	envFile := fs.String("env", ".skipper/env", "the local cluster's env file")
 	warmWait := fs.Duration("warm-wait", 60*time.Second, "how long to wait before each call for the cluster to be quiet: "+
 		"a ready warm pod and none starting, the pool Deployment's status current, the previous Function's instance gone")
@@ -184,14 +185,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var d time.Duration
 		var err error
 		if empty != nil {
-			d, err = empty.call(ctx, func() (time.Duration, error) { return call(ctx, client, env["ROUTER_URL"], name) }, *warmWait)
+			d, err = empty.call(ctx, func() (time.Duration, error) { return call(ctx, client, env["ROUTER_URL"]+*path, name) }, *warmWait)
 		} else {
 			if err := waitQuiet(ctx, cs, *ns, *pool, prefix, *warmWait); err != nil {
 				return err
 			}
 			var ts0, ts1 unix.Timespec
 			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts0)
-			d, err = call(ctx, client, env["ROUTER_URL"], name)
+			d, err = call(ctx, client, env["ROUTER_URL"]+*path, name)
 			_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts1)
 			if *marks {
 				fmt.Fprintf(stderr, "mark %d %.6f %.6f %s\n", i, float64(ts0.Nano())/1e9, float64(ts1.Nano())/1e9, d)
@@ -201,7 +202,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("cold call %d: %w", i, err)
 		}
 		cold = append(cold, d)
-		if d, err = call(ctx, client, env["ROUTER_URL"], name); err != nil {
+		if d, err = call(ctx, client, env["ROUTER_URL"]+*path, name); err != nil {
 			return fmt.Errorf("warm call %d: %w", i, err)
 		}
 		warm = append(warm, d)
@@ -247,10 +248,10 @@ func attach(envFile string, need ...string) (map[string]string, *rest.Config, ku
 	return env, cfg, cs, nil
 }
 
-// call makes one GET through the router and returns its latency; anything
-// but 200 is an error.
-func call(ctx context.Context, c *http.Client, routerURL, function string) (time.Duration, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, routerURL+"/bench", nil)
+// call GETs url with the header naming function and returns how long it
+// took to the end of the body; anything but 200 is an error.
+func call(ctx context.Context, c *http.Client, url, function string) (time.Duration, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
 	}

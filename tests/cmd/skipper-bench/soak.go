@@ -244,7 +244,7 @@ func runSoak(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // counting the calls and those that do not answer 200.
 func (c *soakCounts) runCaller(ctx context.Context, client *http.Client, routerURL, function string) {
 	for ctx.Err() == nil {
-		_, err := call(ctx, client, routerURL, function)
+		_, err := call(ctx, client, routerURL+"/bench", function)
 		if ctx.Err() != nil {
 			return // cut by the stop, not failed
 		}
