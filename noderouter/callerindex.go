@@ -45,7 +45,7 @@ func callerOf(p *corev1.Pod) (callers.Identity, []netip.Addr) {
 	return id, ips
 }
 
-// slimPod keeps of a pod what callerOf and preconnectAddr read, so that a
+// slimPod keeps of a pod what callerOf and dataplane.PreconnectTo read, so that a
 // router's cache of every pod in the cluster stays small (an informer
 // transform).
 func slimPod(obj any) (any, error) {
@@ -60,8 +60,9 @@ func slimPod(obj any) (any, error) {
 		Status: corev1.PodStatus{Phase: p.Status.Phase, PodIP: p.Status.PodIP, PodIPs: p.Status.PodIPs},
 	}
 	if pool := p.Labels[v1alpha1.LabelPool]; pool != "" {
-		// A pool pod's, for preconnectAddr: the two labels, readiness, the
-		// container ports.
+		// A pool pod's, for dataplane.PreconnectTo: the two labels,
+		// readiness, the container ports and an HTTP readiness probe's
+		// action (what an agent pool's pre-connection GETs).
 		s.Labels = map[string]string{v1alpha1.LabelPool: pool}
 		if fn, ok := p.Labels[v1alpha1.LabelFunction]; ok {
 			s.Labels[v1alpha1.LabelFunction] = fn
@@ -72,7 +73,11 @@ func slimPod(obj any) (any, error) {
 			}
 		}
 		for _, c := range p.Spec.Containers {
-			s.Spec.Containers = append(s.Spec.Containers, corev1.Container{Name: c.Name, Ports: c.Ports})
+			sc := corev1.Container{Name: c.Name, Ports: c.Ports}
+			if pr := c.ReadinessProbe; pr != nil && pr.HTTPGet != nil {
+				sc.ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: pr.HTTPGet}}
+			}
+			s.Spec.Containers = append(s.Spec.Containers, sc)
 		}
 		for _, c := range p.Spec.InitContainers {
 			if len(c.Ports) > 0 {

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
@@ -19,9 +20,9 @@ import (
 	"skipper.dev/skipper/noderouter/internal/routertest"
 )
 
-// TestSlimPodKeepsThePreconnectAddress: what the router's pod watch keeps
+// TestSlimPodKeepsThePreconnectTarget: what the router's pod watch keeps
 // of a pod is enough to pre-connect to it.
-func TestSlimPodKeepsThePreconnectAddress(t *testing.T) {
+func TestSlimPodKeepsThePreconnectTarget(t *testing.T) {
 	t.Parallel()
 	const addr = "10.1.0.5:8080"
 	// What the router's pod watch keeps of a pod is enough.
@@ -30,17 +31,25 @@ func TestSlimPodKeepsThePreconnectAddress(t *testing.T) {
 		p.Status.Conditions = append(p.Status.Conditions, corev1.PodCondition{Type: corev1.ContainersReady, Status: corev1.ConditionTrue})
 	}))
 	sp := slim.(*corev1.Pod)
-	if got, ok := dataplane.PreconnectAddr(sp); !ok || got != addr {
-		t.Errorf("preconnectAddr of the slim pod = %q, %v", got, ok)
+	if got, ok := dataplane.PreconnectTo(sp); !ok || got != (dataplane.PreconnectTarget{Addr: addr}) {
+		t.Errorf("PreconnectTo of the slim pod = %+v, %v", got, ok)
 	}
 	if len(sp.Labels) != 1 || len(sp.Status.Conditions) != 1 {
 		t.Errorf("slimPod kept labels %v, conditions %v", sp.Labels, sp.Status.Conditions)
 	}
-	slim, _ = slimPod(routertest.WarmPoolPod(t, "a", addr, func(p *corev1.Pod) {
+	agent := func(p *corev1.Pod) {
 		p.Spec.InitContainers = []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}}}
+	}
+	slim, _ = slimPod(routertest.WarmPoolPod(t, "a", addr, agent))
+	if got, ok := dataplane.PreconnectTo(slim.(*corev1.Pod)); ok {
+		t.Errorf("the slim pod of a pod with a native assign sidecar and no readiness probe gets pre-connection %+v", got)
+	}
+	slim, _ = slimPod(routertest.WarmPoolPod(t, "a", addr, agent, func(p *corev1.Pod) {
+		p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{PeriodSeconds: 1, ProbeHandler: corev1.ProbeHandler{
+			HTTPGet: &corev1.HTTPGetAction{Path: "/status/200", Port: intstr.FromString("http")}}}
 	}))
-	if got, ok := dataplane.PreconnectAddr(slim.(*corev1.Pod)); ok {
-		t.Errorf("the slim pod of a pod with a native assign sidecar gets pre-connection %q", got)
+	if got, ok := dataplane.PreconnectTo(slim.(*corev1.Pod)); !ok || got != (dataplane.PreconnectTarget{Addr: addr, ReadyPath: "/status/200"}) {
+		t.Errorf("the slim pod of an agent pool's pod with an HTTP readiness probe: %+v, %v; want its probe's path", got, ok)
 	}
 }
 

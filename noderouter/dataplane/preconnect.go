@@ -10,11 +10,14 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/controller/assign"
@@ -34,7 +37,10 @@ import (
 // read-only GET of the assign endpoint (the request the controllers'
 // pre-connections send), which leaves it idle on the instance's side
 // rather than waiting for a first request, and the same GET renews it
-// before either side's idle timeout. The pods come from the router's pod
+// before either side's idle timeout. A pod whose sidecar serves the assign
+// endpoint (skipper-agent) is pre-connected with its application's own
+// HTTP readiness probe instead (PreconnectTo), a GET the kubelet already
+// sends; one without such a probe is not pre-connected. The pods come from the router's pod
 // watch (the caller index's). A pre-opened connection the instance closed
 // meanwhile is found out as any pooled one is (upstream's check, send's
 // retry).
@@ -48,22 +54,74 @@ const preconnectParallel = 4
 // preconnectTimeout bounds one pre-connection (dial and GET).
 const preconnectTimeout = 2 * time.Second
 
-// PreconnectAddr returns the instance address of pool pod p when the router
-// should hold a connection to it: a warm pool pod (v1alpha1.WarmPoolPodPort,
-// the test the controllers' pre-connections use) whose assign endpoint is
-// on its instance's port (v1alpha1.SidecarAssigns: a sidecar's is not, and
-// the application's port answers no GET of it).
-func PreconnectAddr(p *corev1.Pod) (string, bool) {
+// PreconnectTarget is where a pre-connection to a pool pod goes and what
+// it asks there.
+type PreconnectTarget struct {
+	// Addr is the instance's address: the pod IP and its instance port.
+	Addr string
+	// ReadyPath is set for a pod whose sidecar serves the assign endpoint
+	// (skipper-agent): the path of its application's HTTP readiness probe
+	// on that port, which the pre-connection GETs, as the kubelet does
+	// every period (so it is one the application answers, and safe to
+	// ask). Empty: the pod serves the contract itself, and the
+	// pre-connection GETs its assign endpoint.
+	ReadyPath string
+}
+
+// PreconnectTo returns the target of the router's pre-connection to pool
+// pod p, when it should hold one: a warm pool pod (v1alpha1.WarmPoolPodPort,
+// the test the controllers' pre-connections use) serving the contract on
+// its instance's port, or whose sidecar serves it (v1alpha1.SidecarAssigns)
+// and whose application has an HTTP readiness probe on that port (without
+// a host or headers of its own): the application's port answers no GET of
+// the assign endpoint.
+func PreconnectTo(p *corev1.Pod) (PreconnectTarget, bool) {
 	port, ok := v1alpha1.WarmPoolPodPort(p)
-	if !ok || v1alpha1.SidecarAssigns(p) {
-		return "", false
+	if !ok {
+		return PreconnectTarget{}, false
 	}
-	return net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))), true
+	t := PreconnectTarget{Addr: net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port)))}
+	if !v1alpha1.SidecarAssigns(p) {
+		return t, true
+	}
+	if t.ReadyPath, ok = readinessPath(&p.Spec, port); !ok {
+		return PreconnectTarget{}, false
+	}
+	return t, true
+}
+
+// readinessPath is the path of the HTTP readiness probe on port of the
+// container that declares port, if it has one the router can send as is.
+func readinessPath(spec *corev1.PodSpec, port int32) (string, bool) {
+	for _, c := range spec.Containers {
+		i := slices.IndexFunc(c.Ports, func(cp corev1.ContainerPort) bool { return cp.ContainerPort == port })
+		if i < 0 {
+			continue
+		}
+		pr := c.ReadinessProbe
+		if pr == nil || pr.HTTPGet == nil {
+			return "", false
+		}
+		g := pr.HTTPGet
+		onPort := g.Port.Type == intstr.Int && g.Port.IntVal == port ||
+			g.Port.Type == intstr.String && g.Port.StrVal != "" && g.Port.StrVal == c.Ports[i].Name
+		plain := (g.Scheme == "" || g.Scheme == corev1.URISchemeHTTP) && g.Host == "" && len(g.HTTPHeaders) == 0
+		path := g.Path
+		if path == "" {
+			path = "/"
+		}
+		if !onPort || !plain || path[0] != '/' || strings.ContainsAny(path, " \r\n") {
+			return "", false
+		}
+		return path, true
+	}
+	return "", false
 }
 
 // preconnTarget is a pool pod the router holds a connection to.
 type preconnTarget struct {
 	addr string
+	path string    // PreconnectTarget.ReadyPath
 	rv   string    // the pod's resourceVersion when last seen
 	at   time.Time // opened or renewed last; zero: due at once
 	busy bool      // a pre-connection to it is being opened
@@ -152,7 +210,8 @@ func (pc *Preconnector) Observe(p *corev1.Pod, deleted bool) {
 // observeLocked is Observe with pc.mu held.
 func (pc *Preconnector) observeLocked(p *corev1.Pod, deleted bool) {
 	uid := string(p.UID)
-	addr, ok := PreconnectAddr(p)
+	to, ok := PreconnectTo(p)
+	addr := to.Addr
 	t := pc.targets[uid]
 	if rv, skipped := pc.skip[uid]; skipped {
 		if !deleted && rv == p.ResourceVersion {
@@ -165,14 +224,14 @@ func (pc *Preconnector) observeLocked(p *corev1.Pod, deleted bool) {
 		return
 	}
 	switch {
-	case t != nil && t.addr == addr:
+	case t != nil && t.addr == addr && t.path == to.ReadyPath:
 	case t != nil:
-		t.addr, t.at = addr, time.Time{}
+		t.addr, t.path, t.at = addr, to.ReadyPath, time.Time{}
 	case len(pc.targets) >= pc.max:
 		pc.missed = true
 		return
 	default:
-		t = &preconnTarget{addr: addr}
+		t = &preconnTarget{addr: addr, path: to.ReadyPath}
 		pc.targets[uid] = t
 	}
 	t.rv = p.ResourceVersion
@@ -190,10 +249,10 @@ func (pc *Preconnector) observeLocked(p *corev1.Pod, deleted bool) {
 // took. pc.mu is held.
 func (pc *Preconnector) startLocked(uid string, t *preconnTarget) {
 	t.busy = true
-	addr, ctx := t.addr, pc.ctx
+	addr, path, ctx := t.addr, t.path, pc.ctx
 	pc.wg.Go(func() {
 		defer func() { <-pc.slots }()
-		err := pc.open(ctx, uid, addr)
+		err := pc.open(ctx, uid, addr, path)
 		pc.mu.Lock()
 		t.busy = false
 		switch {
@@ -288,10 +347,11 @@ func (pc *Preconnector) Run(ctx context.Context) {
 	})
 }
 
-// open sends the GET of the assign endpoint for pod uid to addr, on the
+// open sends the GET of the assign endpoint for pod uid to addr (or, with
+// readyPath set, the GET of the application's readiness probe), on the
 // pool's idle connection to it (a renewal) or a new one, and returns the
 // connection to the pool.
-func (pc *Preconnector) open(ctx context.Context, uid, addr string) error {
+func (pc *Preconnector) open(ctx context.Context, uid, addr, readyPath string) error {
 	ctx, cancel := context.WithTimeout(ctx, preconnectTimeout)
 	defer cancel()
 	up := pc.pool.get(addr, time.Now())
@@ -303,7 +363,11 @@ func (pc *Preconnector) open(ctx context.Context, uid, addr string) error {
 	}
 	deadline, _ := ctx.Deadline()
 	up.setDeadline(deadline)
-	if err := probeAssignment(up.bw, up.br, addr, uid); err != nil {
+	probe := func() error { return probeAssignment(up.bw, up.br, addr, uid) }
+	if readyPath != "" {
+		probe = func() error { return probeReady(up.bw, up.br, addr, readyPath) }
+	}
+	if err := probe(); err != nil {
 		_ = up.Close()
 		return err
 	}
@@ -341,6 +405,35 @@ func probeAssignment(w *bufio.Writer, r *bufio.Reader, addr, uid string) error {
 		return fmt.Errorf("GET assignment of %s: %w", addr, errPreconnectClosed)
 	case r.Buffered() > 0:
 		return fmt.Errorf("GET assignment of %s: bytes after the answer", addr)
+	}
+	return nil
+}
+
+// probeReady writes GET path (an application's readiness probe) to w and
+// reads the answer from r, whole: a status the kubelet counts as ready
+// (200 to 399), on a connection that stays open.
+func probeReady(w *bufio.Writer, r *bufio.Reader, addr, path string) error {
+	fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: skipper-noderouter\r\n\r\n", path, addr)
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("GET %s of %s: %w", path, addr, err)
+	}
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		return fmt.Errorf("GET %s of %s: %w", path, addr, err)
+	}
+	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, probeBodyMax+1))
+	_ = resp.Body.Close()
+	switch {
+	case err != nil:
+		return fmt.Errorf("GET %s of %s: %w", path, addr, err)
+	case n > probeBodyMax:
+		return fmt.Errorf("GET %s of %s: an answer over %d bytes", path, addr, probeBodyMax)
+	case resp.StatusCode < 200 || resp.StatusCode > 399:
+		return fmt.Errorf("GET %s of %s: %s", path, addr, resp.Status)
+	case resp.Close:
+		return fmt.Errorf("GET %s of %s: %w", path, addr, errPreconnectClosed)
+	case r.Buffered() > 0:
+		return fmt.Errorf("GET %s of %s: bytes after the answer", path, addr)
 	}
 	return nil
 }

@@ -8,55 +8,111 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"skipper.dev/skipper/controller/api/v1alpha1"
 	"skipper.dev/skipper/noderouter/internal/routertest"
 )
 
-func TestPreconnectAddr(t *testing.T) {
+func TestPreconnectTo(t *testing.T) {
 	t.Parallel()
 	const addr = "10.1.0.5:8080"
+	agent := func(p *corev1.Pod) {
+		p.Spec.InitContainers = []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}}}
+	}
+	ready := func(g corev1.HTTPGetAction) func(*corev1.Pod) {
+		return func(p *corev1.Pod) {
+			agent(p)
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &g}}
+		}
+	}
 	for _, tc := range []struct {
 		name string
 		opt  func(*corev1.Pod)
-		want string
+		want PreconnectTarget // zero: none
 	}{
-		{"warm pool pod", func(*corev1.Pod) {}, addr},
-		{"claimed", func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "hello" }, ""},
-		{"claimed with an empty name", func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "" }, ""},
-		{"not a pool's", func(p *corev1.Pod) { delete(p.Labels, v1alpha1.LabelPool) }, ""},
-		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, ""},
-		{"no readiness yet", func(p *corev1.Pod) { p.Status.Conditions = nil }, ""},
-		{"terminating", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, ""},
-		{"no IP", func(p *corev1.Pod) { p.Status.PodIP = "" }, ""},
-		{"no port", func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }, ""},
+		{"warm pool pod", func(*corev1.Pod) {}, PreconnectTarget{Addr: addr}},
+		{"claimed", func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "hello" }, PreconnectTarget{}},
+		{"claimed with an empty name", func(p *corev1.Pod) { p.Labels[v1alpha1.LabelFunction] = "" }, PreconnectTarget{}},
+		{"not a pool's", func(p *corev1.Pod) { delete(p.Labels, v1alpha1.LabelPool) }, PreconnectTarget{}},
+		{"not ready", func(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }, PreconnectTarget{}},
+		{"no readiness yet", func(p *corev1.Pod) { p.Status.Conditions = nil }, PreconnectTarget{}},
+		{"terminating", func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{Time: time.Now()} }, PreconnectTarget{}},
+		{"no IP", func(p *corev1.Pod) { p.Status.PodIP = "" }, PreconnectTarget{}},
+		{"no port", func(p *corev1.Pod) { p.Spec.Containers[0].Ports = nil }, PreconnectTarget{}},
 		{"the first container's first port", func(p *corev1.Pod) {
 			p.Spec.Containers = []corev1.Container{
 				{Name: "main", Ports: []corev1.ContainerPort{{ContainerPort: 0}, {ContainerPort: 9000}, {ContainerPort: 9001}}},
 				{Name: "side", Ports: []corev1.ContainerPort{{ContainerPort: 7000}}},
 			}
-		}, "10.1.0.5:9000"},
-		{"a sidecar serves the assign endpoint", func(p *corev1.Pod) {
+		}, PreconnectTarget{Addr: "10.1.0.5:9000"}},
+		{"a sidecar serves the assign endpoint, no readiness probe", func(p *corev1.Pod) {
 			p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}})
-		}, ""},
-		{"a native sidecar serves the assign endpoint", func(p *corev1.Pod) {
-			p.Spec.InitContainers = []corev1.Container{{Name: "agent", Ports: []corev1.ContainerPort{{Name: v1alpha1.AssignPortName, ContainerPort: 7000}}}}
-		}, ""},
+		}, PreconnectTarget{}},
+		{"a native sidecar serves the assign endpoint, no readiness probe", agent, PreconnectTarget{}},
+		{"the agent and a readiness probe on the port's number", ready(corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080)}),
+			PreconnectTarget{Addr: addr, ReadyPath: "/healthz"}},
+		{"the agent and a readiness probe on the port's name, no path", ready(corev1.HTTPGetAction{Port: intstr.FromString("http"), Scheme: corev1.URISchemeHTTP}),
+			PreconnectTarget{Addr: addr, ReadyPath: "/"}},
+		{"the probe on another port", ready(corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(9090)}), PreconnectTarget{}},
+		{"the probe over HTTPS", ready(corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080), Scheme: corev1.URISchemeHTTPS}), PreconnectTarget{}},
+		{"the probe with headers", ready(corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080),
+			HTTPHeaders: []corev1.HTTPHeader{{Name: "X-Token", Value: "t"}}}), PreconnectTarget{}},
+		{"the probe to another host", ready(corev1.HTTPGetAction{Path: "/healthz", Port: intstr.FromInt32(8080), Host: "example.com"}), PreconnectTarget{}},
+		{"a path that would split the request line", ready(corev1.HTTPGetAction{Path: "/a b", Port: intstr.FromInt32(8080)}), PreconnectTarget{}},
+		{"an exec probe", func(p *corev1.Pod) {
+			agent(p)
+			p.Spec.Containers[0].ReadinessProbe = &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"true"}}}}
+		}, PreconnectTarget{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, ok := PreconnectAddr(routertest.WarmPoolPod(t, "a", addr, tc.opt))
-			if got != tc.want || ok != (tc.want != "") {
-				t.Errorf("preconnectAddr = %q, %v; want %q", got, ok, tc.want)
+			got, ok := PreconnectTo(routertest.WarmPoolPod(t, "a", addr, tc.opt))
+			if got != tc.want || ok != (tc.want != PreconnectTarget{}) {
+				t.Errorf("PreconnectTo = %+v, %v; want %+v", got, ok, tc.want)
 			}
 		})
 	}
+}
 
+// TestPreconnectToTheApplication: a pod whose agent serves the assign
+// endpoint is pre-connected with its application's readiness GET, and the
+// connection pooled; an answer the kubelet would count as not ready
+// pools nothing.
+func TestPreconnectToTheApplication(t *testing.T) {
+	t.Parallel()
+	var paths []string
+	var mu sync.Mutex
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		paths = append(paths, r.URL.Path)
+		mu.Unlock()
+		if r.URL.Path != "/healthz" {
+			http.NotFound(w, r)
+		}
+	}))
+	t.Cleanup(app.Close)
+	addr := app.Listener.Addr().String()
+	pool := newUpstreamPool(&net.Dialer{Timeout: time.Second}, 4, time.Minute)
+	t.Cleanup(pool.close)
+	pc := newPreconnector(pool, 4, time.Minute, NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
+	if err := pc.open(t.Context(), "uid-1", addr, "/healthz"); err != nil || pool.idleCount(addr) != 1 {
+		t.Fatalf("readiness GET: %v, %d pooled; want one pooled", err, pool.idleCount(addr))
+	}
+	if err := pc.open(t.Context(), "uid-1", addr, "/missing"); err == nil || pool.idleCount(addr) != 0 {
+		t.Errorf("a 404 to the readiness GET: %v, %d pooled; want an error and none pooled", err, pool.idleCount(addr))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(paths, []string{"/healthz", "/missing"}) {
+		t.Errorf("the application was asked %v; want its readiness path, then /missing (never the assign endpoint)", paths)
+	}
 }
 
 // TestPreconnectFillsFromTheList: pods become targets within the bound; a
@@ -99,7 +155,7 @@ func TestPreconnectRenewsOnItsConnection(t *testing.T) {
 	t.Cleanup(pool.close)
 	pc := newPreconnector(pool, 4, time.Minute, NewMetrics(prometheus.NewRegistry()), slog.New(slog.DiscardHandler))
 	for range 2 {
-		if err := pc.open(t.Context(), "uid-1", e.Addr); err != nil {
+		if err := pc.open(t.Context(), "uid-1", e.Addr, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -113,16 +169,16 @@ func TestPreconnectRenewsOnItsConnection(t *testing.T) {
 	}))
 	t.Cleanup(bad.Close)
 	badAddr := bad.Listener.Addr().String()
-	if err := pc.open(t.Context(), "uid-2", badAddr); err == nil || pool.idleCount(badAddr) != 0 {
+	if err := pc.open(t.Context(), "uid-2", badAddr, ""); err == nil || pool.idleCount(badAddr) != 0 {
 		t.Errorf("an instance closing after the GET: err %v, %d pooled", err, pool.idleCount(badAddr))
 	}
 	gone := routertest.DeadAddress(t)
-	if err := pc.open(t.Context(), "uid-3", gone); err == nil {
+	if err := pc.open(t.Context(), "uid-3", gone, ""); err == nil {
 		t.Error("no error from an address that refuses")
 	}
 	// Asked as another pod (the address was reused): said, and the
 	// connection it went on is closed, not pooled.
-	if err := pc.open(t.Context(), "uid-other", e.Addr); !errors.Is(err, errOtherPod) {
+	if err := pc.open(t.Context(), "uid-other", e.Addr, ""); !errors.Is(err, errOtherPod) {
 		t.Errorf("GET as another pod: %v, want errOtherPod", err)
 	}
 	if n := pool.idleCount(e.Addr); n != 0 {
