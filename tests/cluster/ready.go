@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -52,6 +53,9 @@ func (c *cluster) waitReady(ctx context.Context) ([]EnvVar, error) {
 	// workloads.
 	for _, dir := range append([]string{filepath.Join(cfg.RepoDir, clusterDNSDir)}, cfg.Apply...) {
 		if err := c.apply(ctx, dir); err != nil {
+			return nil, err
+		}
+		if err := c.waitAgentPolicy(ctx, cs); err != nil {
 			return nil, err
 		}
 	}
@@ -176,6 +180,43 @@ func nodesReady(ctx context.Context, cs kubernetes.Interface, nodes int) (bool, 
 		}
 	}
 	return true, "", nil
+}
+
+// agentPolicy is the MutatingAdmissionPolicy deploy/base ships.
+const agentPolicy = "skipper-agent"
+
+// waitAgentPolicy waits, when the agent's admission policy is installed,
+// until the API server applies it: a pool pod created in a server-side dry
+// run gets the agent. The API server evaluates a new policy only once its
+// own watch has it, and a pool pod created before that gets none (the
+// httpbin pool's, in a CI run that applied the examples a moment after
+// the policy).
+func (c *cluster) waitAgentPolicy(ctx context.Context, cs kubernetes.Interface) error {
+	if _, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(ctx, agentPolicy, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
+	}
+	probe := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "agent-policy-probe-", Namespace: metav1.NamespaceDefault,
+			Labels: map[string]string{"skipper.dev/pool": "agent-policy-probe"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "agent-policy-probe.invalid/none"}}},
+	}
+	err := c.poll(ctx, "admission policy "+agentPolicy+" in effect", c.cfg.ReadyTimeout, func(ctx context.Context) (bool, string, error) {
+		got, err := cs.CoreV1().Pods(probe.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error(), nil
+		}
+		for _, ic := range got.Spec.InitContainers {
+			if ic.Name == agentPolicy {
+				return true, "", nil
+			}
+		}
+		return false, "a pool pod created now gets no agent", nil
+	})
+	if err != nil {
+		return err
+	}
+	c.log.Info("admission policy in effect", "policy", agentPolicy)
+	return nil
 }
 
 // apply runs kubectl apply --server-side -k dir until it succeeds: a first
