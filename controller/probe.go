@@ -81,7 +81,7 @@ func (c *controller) askInstance(ctx context.Context, pod *corev1.Pod, port int3
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound && !otherPod(body) {
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNotFound && !assign.IsOtherPod(body) {
 		// The pod's own answer (not another's at a reused IP): the token
 		// formats it verifies.
 		c.preconn.answered(pod.UID, resp.Header.Get(assign.HeaderTokenFormats))
@@ -98,13 +98,4 @@ func (c *controller) askInstance(ctx context.Context, pod *corev1.Pod, port int3
 	default:
 		return "", fmt.Errorf("GET %s: %s", url, resp.Status)
 	}
-}
-
-// otherPod reports whether a 404 body says the instance is another pod
-// (reason other_pod).
-func otherPod(body []byte) bool {
-	var e struct {
-		Reason string `json:"reason"`
-	}
-	return json.Unmarshal(body, &e) == nil && e.Reason == assign.ReasonOtherPod
 }

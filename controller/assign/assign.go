@@ -154,6 +154,15 @@ const (
 	ReasonOtherPod   = "other_pod"
 )
 
+// IsOtherPod reports whether body, of a 404 answer to GET on Path, says
+// the instance is another pod (ReasonOtherPod: the asked IP was reused).
+func IsOtherPod(body []byte) bool {
+	var e struct {
+		Reason string `json:"reason"`
+	}
+	return json.Unmarshal(body, &e) == nil && e.Reason == ReasonOtherPod
+}
+
 // ReasonAlreadyAssigned is the reason of a 409 answer to an assign: the
 // instance accepted another function before (an instance accepts exactly
 // one for its life; a repeat for the same function is accepted).

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -379,61 +378,60 @@ func (pc *Preconnector) open(ctx context.Context, uid, addr, readyPath string) e
 }
 
 // probeAssignment writes GET <assign.Path>?pod=uid to w and reads the
-// answer from r, whole: 200 (the instance's assignment) or 404 (none),
-// on a connection that stays open.
+// answer from r (preconnectGET): 200 (the instance's assignment) or 404
+// (none), not 404 other_pod.
 func probeAssignment(w *bufio.Writer, r *bufio.Reader, addr, uid string) error {
-	fmt.Fprintf(w, "GET %s?pod=%s HTTP/1.1\r\nHost: %s\r\nUser-Agent: skipper-noderouter\r\n\r\n", assign.Path, uid, addr)
+	return preconnectGET(w, r, addr, assign.Path+"?pod="+uid, func(status int, body []byte) error {
+		switch {
+		case status == http.StatusNotFound && assign.IsOtherPod(body):
+			return fmt.Errorf("as pod %s: %w", uid, errOtherPod)
+		case status != http.StatusOK && status != http.StatusNotFound:
+			return errors.New(http.StatusText(status))
+		}
+		return nil
+	})
+}
+
+// probeReady writes GET path (an application's readiness probe) to w and
+// reads the answer from r (preconnectGET): a status the kubelet counts as
+// ready, 200 to 399.
+func probeReady(w *bufio.Writer, r *bufio.Reader, addr, path string) error {
+	return preconnectGET(w, r, addr, path, func(status int, _ []byte) error {
+		if status < 200 || status > 399 {
+			return fmt.Errorf("status %d", status)
+		}
+		return nil
+	})
+}
+
+// preconnectGET writes GET target to w and reads the answer from r,
+// whole (at most probeBodyMax), for accept to judge by its status and
+// body, on a connection that stays open with nothing more to read.
+func preconnectGET(w *bufio.Writer, r *bufio.Reader, addr, target string, accept func(status int, body []byte) error) error {
+	fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: skipper-noderouter\r\n\r\n", target, addr)
 	if err := w.Flush(); err != nil {
-		return fmt.Errorf("GET assignment of %s: %w", addr, err)
+		return fmt.Errorf("GET %s of %s: %w", target, addr, err)
 	}
 	resp, err := http.ReadResponse(r, nil)
 	if err != nil {
-		return fmt.Errorf("GET assignment of %s: %w", addr, err)
+		return fmt.Errorf("GET %s of %s: %w", target, addr, err)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, probeBodyMax+1))
 	_ = resp.Body.Close()
 	switch {
 	case err != nil:
-		return fmt.Errorf("GET assignment of %s: %w", addr, err)
+		return fmt.Errorf("GET %s of %s: %w", target, addr, err)
 	case len(body) > probeBodyMax:
-		return fmt.Errorf("GET assignment of %s: an answer over %d bytes", addr, probeBodyMax)
-	case resp.StatusCode == http.StatusNotFound && otherPod(body):
-		return fmt.Errorf("GET assignment of %s as pod %s: %w", addr, uid, errOtherPod)
-	case resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound:
-		return fmt.Errorf("GET assignment of %s: %s", addr, resp.Status)
-	case resp.Close:
-		return fmt.Errorf("GET assignment of %s: %w", addr, errPreconnectClosed)
-	case r.Buffered() > 0:
-		return fmt.Errorf("GET assignment of %s: bytes after the answer", addr)
+		return fmt.Errorf("GET %s of %s: an answer over %d bytes", target, addr, probeBodyMax)
 	}
-	return nil
-}
-
-// probeReady writes GET path (an application's readiness probe) to w and
-// reads the answer from r, whole: a status the kubelet counts as ready
-// (200 to 399), on a connection that stays open.
-func probeReady(w *bufio.Writer, r *bufio.Reader, addr, path string) error {
-	fmt.Fprintf(w, "GET %s HTTP/1.1\r\nHost: %s\r\nUser-Agent: skipper-noderouter\r\n\r\n", path, addr)
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("GET %s of %s: %w", path, addr, err)
+	if err := accept(resp.StatusCode, body); err != nil {
+		return fmt.Errorf("GET %s of %s: %w", target, addr, err)
 	}
-	resp, err := http.ReadResponse(r, nil)
-	if err != nil {
-		return fmt.Errorf("GET %s of %s: %w", path, addr, err)
-	}
-	n, err := io.Copy(io.Discard, io.LimitReader(resp.Body, probeBodyMax+1))
-	_ = resp.Body.Close()
 	switch {
-	case err != nil:
-		return fmt.Errorf("GET %s of %s: %w", path, addr, err)
-	case n > probeBodyMax:
-		return fmt.Errorf("GET %s of %s: an answer over %d bytes", path, addr, probeBodyMax)
-	case resp.StatusCode < 200 || resp.StatusCode > 399:
-		return fmt.Errorf("GET %s of %s: %s", path, addr, resp.Status)
 	case resp.Close:
-		return fmt.Errorf("GET %s of %s: %w", path, addr, errPreconnectClosed)
+		return fmt.Errorf("GET %s of %s: %w", target, addr, errPreconnectClosed)
 	case r.Buffered() > 0:
-		return fmt.Errorf("GET %s of %s: bytes after the answer", path, addr)
+		return fmt.Errorf("GET %s of %s: bytes after the answer", target, addr)
 	}
 	return nil
 }
@@ -448,10 +446,3 @@ var errPreconnectClosed = errors.New("the instance closes the connection")
 // errOtherPod: the instance at the address is another pod (its IP was
 // reused).
 var errOtherPod = errors.New("the instance is another pod")
-
-// otherPod reports whether a 404's body is the instance contract's
-// other_pod.
-func otherPod(body []byte) bool {
-	var c assign.Conflict
-	return json.Unmarshal(body, &c) == nil && c.Reason == assign.ReasonOtherPod
-}
