@@ -136,13 +136,14 @@ func (p *Proxy) admit(l *lease, q request, ctx func() context.Context) verdict {
 			return l.refuse(ans)
 		}
 		l.e = e
+		// Again with the config GetInstance brought (the first call of a
+		// function this router has not seen had none).
+		if l.maxBody = p.bodyLimit(a); l.maxBody > 0 && q.length > l.maxBody {
+			l.a = a
+			return l.refuse(tooLargeAnswer(l.maxBody))
+		}
 	}
 	l.a = a
-	// Again with the config GetInstance brought (the first of a function
-	// this router sees).
-	if l.maxBody = p.bodyLimit(a); l.maxBody > 0 && q.length > l.maxBody {
-		return l.refuse(tooLargeAnswer(l.maxBody))
-	}
 	if pol := a.Config.Callers; pol != nil {
 		who := p.callerAt(q.from)
 		if ans, ok := callerRefused(pol, who, ref); !ok {
